@@ -1,0 +1,1 @@
+"""One module per `gpuops` subcommand; each exposes ``register(app)``."""

@@ -1,0 +1,1 @@
+"""Collector: the telemetry contract, recordings, sources (hardware, simulator) and sinks."""

@@ -1,0 +1,1 @@
+"""Models: detectors (rules, anomaly, failure-in-horizon), training, evaluation and artifacts."""

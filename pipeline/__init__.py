@@ -1,0 +1,1 @@
+"""Pipeline: bus consumers, decoding and validation, dead-lettering, window state and features."""

@@ -1,0 +1,1 @@
+"""Remediation: actions, policy, safety, engine, audit and scheduler adapters."""

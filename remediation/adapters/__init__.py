@@ -1,0 +1,1 @@
+"""Scheduler adapters: the only code in gpuops that talks to Slurm or Kubernetes."""
