@@ -298,8 +298,11 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
             isnull = s.isna().to_numpy()
             if col.required:
                 reject(isnull, f"missing required field '{col.name}'")
-            nonstr = ~isnull & ~s.map(lambda v: isinstance(v, str)).to_numpy(bool) if s.dtype == object else ~isnull & ~pd.api.types.is_string_dtype(s)
-            reject(np.asarray(nonstr, bool), f"field '{col.name}' must be a string")
+            if pd.api.types.is_string_dtype(s) and s.dtype != object:
+                nonstr = np.zeros(n, bool)
+            else:
+                nonstr = ~isnull & ~s.map(lambda v: isinstance(v, str)).to_numpy(bool)
+            reject(nonstr, f"field '{col.name}' must be a string")
             if col.name == "node":
                 ok = s.astype("string").str.fullmatch(NODE_NAME_RE.pattern).fillna(False).to_numpy(bool)
                 bad = ~isnull & ~ok
@@ -319,8 +322,7 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
                 frac = ~isnull & ~np.isinf(num) & (np.floor(np.where(isnull, 0, num)) != np.where(isnull, 0, num))
                 reject(frac, f"field '{col.name}' must be an integer")
             out[col.name] = num
-    bad = ~pd.isna(reason)
-    bad = np.asarray(bad, bool)
+    bad = np.asarray(~pd.isna(reason), bool)
     good = ~bad
     cols = {}
     for col in rtype.columns:
@@ -364,9 +366,8 @@ def _null_series(col: Column, n: int, index: pd.Index) -> Any:
 
 def _cast_numeric(col: Column, v: np.ndarray) -> Any:
     if col.dtype.startswith("int"):
-        if col.required:
-            return v.astype(col.dtype)
-        return pd.array(np.where(np.isnan(v), 0, v).astype(col.dtype), dtype=col.dtype.capitalize()).copy() if not np.isnan(v).any() else pd.array([None if np.isnan(x) else int(x) for x in v], dtype=col.dtype.capitalize())
+        # required keys are never null; optional ones use pandas' nullable integers
+        return v.astype(col.dtype) if col.required else pd.array(v, dtype=col.dtype.capitalize())
     return v.astype(col.dtype)
 
 

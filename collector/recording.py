@@ -1,0 +1,556 @@
+"""Recordings: read and write shared/spec/recording.md exactly.
+
+A recording is a directory::
+
+    manifest.json     required
+    gpu.parquet       required   (a file, or a directory of Parquet files)
+    net.parquet       optional   (idem)
+    events.jsonl      optional   (or events.jsonl.gz)
+    incidents.jsonl   optional   (or incidents.jsonl.gz)
+
+Reading is streaming: :func:`iter_windows` yields consecutive time windows, sorted
+by ``ts``, holding only one window in memory. Files written in time order (this
+module's writer, most collectors) are read with Parquet row-group pruning; unsorted
+files small enough to sort in memory are sorted once; larger unsorted ones are
+first partitioned by window into a temporary directory (one sequential pass), so a
+recording larger than memory can be replayed.
+
+Rows that break the telemetry contract are not fatal: they are counted and kept,
+with their reason, in :attr:`RecordingWindow.rejected` (the caller dead-letters them).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from collector.schema import (
+    NODE_NAME_RE,
+    RecordType,
+    arrow_schema,
+    empty_frame,
+    validate_frame,
+    validate_incident,
+)
+
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "gpu-telemetry-recording"
+FORMAT_VERSION = 1
+
+#: Unsorted tables estimated below this many bytes in memory are sorted in RAM;
+#: above it they are spilled to disk by window. 2 GiB leaves room on a 24 GiB box
+#: for the pipeline while covering a day of a 256-GPU fleet at 10 s.
+DEFAULT_SORT_BUDGET_BYTES = 2 << 30
+
+
+class RecordingError(ValueError):
+    """A recording that cannot be read as spec/recording.md describes (permanent)."""
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+@dataclass
+class Manifest:
+    """``manifest.json``: what the recording covers."""
+
+    start: float
+    end: float
+    interval_s: float
+    nodes: list[str]
+    gpus_per_node: int
+    source: str = ""
+    format: str = FORMAT_NAME
+    version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def node_days(self) -> float:
+        return len(self.nodes) * max(self.end - self.start, 0.0) / 86400.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        extra = d.pop("extra")
+        d.update(extra)
+        return {k: d[k] for k in ("format", "version", "start", "end", "interval_s", "nodes",
+                                  "gpus_per_node", "source")} | extra
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "manifest.json") -> "Manifest":
+        """Validate and build; every problem raises :class:`RecordingError` naming it."""
+        if not isinstance(obj, dict):
+            raise RecordingError(f"{where}: must be a JSON object")
+        if obj.get("format") != FORMAT_NAME:
+            raise RecordingError(f"{where}: 'format' is {obj.get('format')!r}, expected {FORMAT_NAME!r}")
+        if obj.get("version") != FORMAT_VERSION:
+            raise RecordingError(f"{where}: unsupported version {obj.get('version')!r} "
+                                 f"(this reader supports {FORMAT_VERSION})")
+        for key in ("start", "end", "interval_s"):
+            v = obj.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise RecordingError(f"{where}: '{key}' must be a finite number, got {v!r}")
+        if obj["end"] < obj["start"]:
+            raise RecordingError(f"{where}: 'end' ({obj['end']}) is before 'start' ({obj['start']})")
+        if obj["interval_s"] <= 0:
+            raise RecordingError(f"{where}: 'interval_s' must be > 0")
+        nodes = obj.get("nodes")
+        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+            raise RecordingError(f"{where}: 'nodes' must be a list of node names")
+        bad = [n for n in nodes if not NODE_NAME_RE.match(n)]
+        if bad:
+            raise RecordingError(f"{where}: malformed node names {bad[:3]}")
+        gpn = obj.get("gpus_per_node")
+        if isinstance(gpn, bool) or not isinstance(gpn, int) or gpn < 0:
+            raise RecordingError(f"{where}: 'gpus_per_node' must be a non-negative integer, got {gpn!r}")
+        known = {"format", "version", "start", "end", "interval_s", "nodes", "gpus_per_node", "source"}
+        return cls(start=float(obj["start"]), end=float(obj["end"]), interval_s=float(obj["interval_s"]),
+                   nodes=list(nodes), gpus_per_node=gpn, source=str(obj.get("source", "")),
+                   extra={k: v for k, v in obj.items() if k not in known})
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class RecordingWindow:
+    """One time window ``[start, end)`` of a recording, rows sorted by ``ts``."""
+
+    start: float
+    end: float
+    gpu: pd.DataFrame
+    net: pd.DataFrame
+    events: pd.DataFrame
+    rejected: pd.DataFrame  # rows that broke the contract: original columns + ``reason`` + ``table``
+
+
+class Recording:
+    """An opened recording directory (cheap: opening reads only the manifest and schemas)."""
+
+    def __init__(self, path: str | Path, *, sort_budget_bytes: int = DEFAULT_SORT_BUDGET_BYTES):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise RecordingError(f"{self.path}: not a directory (a recording is a directory with manifest.json)")
+        mpath = self.path / "manifest.json"
+        if not mpath.is_file():
+            raise RecordingError(f"{self.path}: missing manifest.json")
+        try:
+            raw = json.loads(mpath.read_text())
+        except json.JSONDecodeError as e:
+            raise RecordingError(f"{mpath}: not valid JSON ({e})") from None
+        self.manifest = Manifest.from_json(raw, str(mpath))
+        self.sort_budget_bytes = sort_budget_bytes
+        gpu = self.path / "gpu.parquet"
+        if not gpu.exists():
+            raise RecordingError(f"{self.path}: missing gpu.parquet (required)")
+        self._tables = {RecordType.GPU: _open_table(gpu, RecordType.GPU)}
+        net = self.path / "net.parquet"
+        if net.exists():
+            self._tables[RecordType.NET] = _open_table(net, RecordType.NET)
+        self._events: pd.DataFrame | None = None
+
+    # -- small tables, read whole
+
+    def events(self) -> pd.DataFrame:
+        """All events (validated, sorted by ts); empty when the recording has none."""
+        if self._events is None:
+            p = _jsonl_path(self.path, "events")
+            if p is None:
+                self._events = empty_frame(RecordType.EVENT)
+            else:
+                rows, bad = _read_jsonl(p)
+                df = pd.DataFrame(rows) if rows else pd.DataFrame({c: [] for c in RecordType.EVENT.column_names})
+                res = validate_frame(df, RecordType.EVENT)
+                if res.n_rejected or bad:
+                    log.warning("%s: %d event lines rejected (e.g. %s)", p, res.n_rejected + len(bad),
+                                (bad or list(res.rejected["reason"]))[:1])
+                self._events = res.valid.sort_values("ts", kind="stable").reset_index(drop=True)
+        return self._events
+
+    def incidents(self) -> list[dict[str, Any]] | None:
+        """Ground-truth incidents, or ``None`` when the recording has no incidents file."""
+        p = _jsonl_path(self.path, "incidents")
+        if p is None:
+            return None
+        rows, bad = _read_jsonl(p)
+        out = []
+        for i, r in enumerate(rows):
+            why = validate_incident(r)
+            if why:
+                raise RecordingError(f"{p}: incident {i + 1}: {why}")
+            out.append(r)
+        if bad:
+            raise RecordingError(f"{p}: {bad[0]}")
+        return out
+
+    @property
+    def has_net(self) -> bool:
+        return RecordType.NET in self._tables
+
+    def count_rows(self, rtype: RecordType | str = RecordType.GPU) -> int:
+        t = self._tables.get(RecordType(rtype))
+        return 0 if t is None else t.dataset.count_rows()
+
+    # -- streaming
+
+    def iter_windows(self, window_s: float, *, start: float | None = None, end: float | None = None
+                     ) -> Iterator[RecordingWindow]:
+        """Yield consecutive windows of *window_s* seconds covering the recording.
+
+        The range defaults to the data's own [min ts, max ts] (falling back to the
+        manifest). Each window holds only its own rows; empty windows are skipped.
+        """
+        if not window_s > 0:
+            raise ValueError("window_s must be > 0")
+        lo, hi = self._time_range()
+        lo = lo if start is None else start
+        hi = hi if end is None else end
+        events = self.events()
+        readers = {rt: t.reader(lo, window_s, self.sort_budget_bytes) for rt, t in self._tables.items()}
+        try:
+            n_windows = int(math.floor((hi - lo) / window_s)) + 1
+            ev_ts = events["ts"].to_numpy()
+            for k in range(n_windows):
+                a, b = lo + k * window_s, lo + (k + 1) * window_s
+                parts = {rt: r.window(k) for rt, r in readers.items()}
+                gpu, gbad = parts[RecordType.GPU]
+                net, nbad = parts.get(RecordType.NET, (empty_frame(RecordType.NET), None))
+                i0, i1 = np.searchsorted(ev_ts, [a, b])
+                ev = events.iloc[i0:i1]
+                if gpu.empty and net.empty and ev.empty and gbad is None and nbad is None:
+                    continue
+                rejected = pd.concat([x for x in (gbad, nbad) if x is not None and len(x)], ignore_index=True) \
+                    if (gbad is not None or nbad is not None) else pd.DataFrame()
+                yield RecordingWindow(a, b, gpu, net, ev.reset_index(drop=True), rejected)
+        finally:
+            for r in readers.values():
+                r.close()
+
+    def read_all(self, rtype: RecordType | str = RecordType.GPU) -> pd.DataFrame:
+        """The whole table, validated and sorted (small recordings, tests, training)."""
+        rtype = RecordType(rtype)
+        t = self._tables.get(rtype)
+        if t is None:
+            return empty_frame(rtype)
+        df = t.dataset.to_table().to_pandas()
+        res = validate_frame(df, rtype)
+        return res.valid.sort_values("ts", kind="stable").reset_index(drop=True)
+
+    def _time_range(self) -> tuple[float, float]:
+        lo, hi = math.inf, -math.inf
+        for t in self._tables.values():
+            a, b = t.ts_range()
+            lo, hi = min(lo, a), max(hi, b)
+        ev = self.events()
+        if len(ev):
+            lo, hi = min(lo, float(ev["ts"].iloc[0])), max(hi, float(ev["ts"].iloc[-1]))
+        if not math.isfinite(lo):
+            return self.manifest.start, self.manifest.end
+        return lo, hi
+
+
+def open_recording(path: str | Path, **kw: Any) -> Recording:
+    """Open and validate a recording directory (see :class:`Recording`)."""
+    return Recording(path, **kw)
+
+
+class _Table:
+    """A Parquet file or directory of files, with its unified schema."""
+
+    def __init__(self, path: Path, rtype: RecordType, dataset: pads.Dataset, schema: pa.Schema):
+        self.path, self.rtype, self.dataset, self.schema = path, rtype, dataset, schema
+
+    def ts_range(self) -> tuple[float, float]:
+        tbl = self.dataset.to_table(columns=["ts"])
+        if tbl.num_rows == 0:
+            return math.inf, -math.inf
+        mm = pc.min_max(tbl["ts"])
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is None or not math.isfinite(lo) or not math.isfinite(hi):
+            # non-finite ts rows are rejected later; the range comes from the finite ones
+            arr = tbl["ts"].to_numpy(zero_copy_only=False).astype("float64")
+            arr = arr[np.isfinite(arr)]
+            return (float(arr.min()), float(arr.max())) if arr.size else (math.inf, -math.inf)
+        return float(lo), float(hi)
+
+    def reader(self, lo: float, window_s: float, budget: int) -> "_WindowReader":
+        return _WindowReader(self, lo, window_s, budget)
+
+
+def _open_table(path: Path, rtype: RecordType) -> _Table:
+    files = sorted(p for p in path.rglob("*.parquet") if p.is_file()) if path.is_dir() else [path]
+    if not files:
+        raise RecordingError(f"{path}: directory holds no .parquet files")
+    try:
+        schemas = [pq.read_schema(f) for f in files]
+    except (pa.ArrowInvalid, OSError) as e:
+        raise RecordingError(f"{path}: not readable as Parquet ({e})") from None
+    try:
+        schema = pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise RecordingError(f"{path}: files disagree on column types ({e})") from None
+    _check_column_types(path, schema, rtype)
+    return _Table(path, rtype, pads.dataset([str(f) for f in files], schema=schema, format="parquet"), schema)
+
+
+def _check_column_types(path: Path, schema: pa.Schema, rtype: RecordType) -> None:
+    names = set(schema.names)
+    for col in rtype.columns:
+        if col.name not in names:
+            if col.required:
+                raise RecordingError(f"{path}: missing required column '{col.name}'")
+            continue
+        t = schema.field(col.name).type
+        if pa.types.is_null(t):
+            continue
+        if col.numeric and not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)):
+            raise RecordingError(f"{path}: column '{col.name}' has type {t}, expected a number ({col.dtype})")
+        if not col.numeric and not (pa.types.is_string(t) or pa.types.is_large_string(t)
+                                    or pa.types.is_dictionary(t)):
+            raise RecordingError(f"{path}: column '{col.name}' has type {t}, expected a string")
+
+
+class _WindowReader:
+    """Serves window k of one table, choosing pruning, in-memory sort or spill."""
+
+    def __init__(self, table: _Table, lo: float, window_s: float, budget: int):
+        self.t, self.lo, self.w = table, lo, window_s
+        self._mem: pd.DataFrame | None = None
+        self._mem_idx: np.ndarray | None = None
+        self._spill: Path | None = None
+        self.mode = "prune"
+        if not self._row_groups_ordered():
+            est = self._estimated_bytes()
+            if est <= budget:
+                self.mode = "memory"
+            else:
+                self.mode = "spill"
+                log.info("%s: unsorted and ~%.1f GiB; partitioning by window on disk", table.path, est / 2**30)
+                self._spill = Path(tempfile.mkdtemp(prefix="gpuops-recording-"))
+                self._partition()
+
+    def _row_groups_ordered(self) -> bool:
+        prev_max = -math.inf
+        for frag in self.t.dataset.get_fragments():
+            md = frag.metadata
+            idx = md.schema.to_arrow_schema().get_field_index("ts")
+            for i in range(md.num_row_groups):
+                st = md.row_group(i).column(idx).statistics
+                if st is None or not st.has_min_max:
+                    return False
+                if st.min < prev_max:
+                    return False
+                prev_max = st.max
+        return True
+
+    def _estimated_bytes(self) -> int:
+        total = 0
+        for frag in self.t.dataset.get_fragments():
+            md = frag.metadata
+            total += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+        return total * 2  # Arrow → pandas roughly doubles
+
+    def _partition(self) -> None:
+        assert self._spill is not None
+        writers: dict[int, pq.ParquetWriter] = {}
+        try:
+            for batch in self.t.dataset.to_batches(batch_size=1 << 18):
+                ts = batch.column("ts").to_numpy(zero_copy_only=False).astype("float64")
+                k = np.floor((np.nan_to_num(ts, nan=self.lo, posinf=self.lo, neginf=self.lo) - self.lo) / self.w)
+                k = k.astype(np.int64)
+                tbl = pa.Table.from_batches([batch])
+                for key in np.unique(k):
+                    w = writers.get(int(key))
+                    if w is None:
+                        w = writers[int(key)] = pq.ParquetWriter(self._spill / f"w{int(key)}.parquet", self.t.schema)
+                    w.write_table(tbl.filter(pa.array(k == key)))
+        finally:
+            for w in writers.values():
+                w.close()
+
+    def window(self, k: int) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        a, b = self.lo + k * self.w, self.lo + (k + 1) * self.w
+        if self.mode == "prune":
+            expr = (pc.field("ts") >= a) & (pc.field("ts") < b)
+            if k == 0:  # rows without a usable ts fall in no window: surface them once, to be rejected
+                expr = expr | ~pc.is_finite(pc.field("ts")) | pc.field("ts").is_null()
+            df = self.t.dataset.to_table(filter=expr).to_pandas()
+        elif self.mode == "memory":
+            if self._mem is None:
+                self._mem = self.t.dataset.to_table().to_pandas()
+                self._mem = self._mem.sort_values("ts", kind="stable").reset_index(drop=True)
+                self._mem_ts = self._mem["ts"].to_numpy(dtype="float64")
+            i0, i1 = np.searchsorted(self._mem_ts, [a, b])
+            df = self._mem.iloc[i0:i1]
+            if k == 0:  # non-finite ts rows sort last; report them once
+                df = pd.concat([df, self._mem[~np.isfinite(self._mem_ts)]])
+        else:
+            f = self._spill / f"w{k}.parquet"
+            df = pq.read_table(f).to_pandas() if f.exists() else self.t.schema.empty_table().to_pandas()
+        res = validate_frame(df, self.t.rtype)
+        valid = res.valid.sort_values("ts", kind="stable").reset_index(drop=True)
+        bad = None
+        if res.n_rejected:
+            bad = res.rejected.assign(table=self.t.rtype.value)
+        return valid, bad
+
+    def close(self) -> None:
+        if self._spill is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+            self._spill = None
+        self._mem = None
+
+
+def _jsonl_path(root: Path, stem: str) -> Path | None:
+    for name in (f"{stem}.jsonl", f"{stem}.jsonl.gz"):
+        if (root / name).is_file():
+            return root / name
+    return None
+
+
+def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Parse a JSON-lines file (plain or gzip); returns (objects, reasons for bad lines)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows, bad = [], []
+    with opener(path, "rb") as fh:
+        for i, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                bad.append(f"line {i}: not valid JSON ({e})")
+                continue
+            if not isinstance(obj, dict):
+                bad.append(f"line {i}: not a JSON object")
+                continue
+            rows.append(obj)
+    return rows, bad
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class RecordingWriter:
+    """Writes a recording incrementally (tables appended in chunks, in time order).
+
+    Use as a context manager; the manifest is written last, on a clean close, so a
+    crashed writer leaves no directory that looks complete.
+    """
+
+    def __init__(self, path: str | Path, manifest: Manifest, *, compression: str = "zstd",
+                 gzip_jsonl: bool = False, row_group_rows: int = 1 << 17):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.manifest = manifest
+        self.compression = compression
+        self.row_group_rows = row_group_rows
+        self._writers: dict[RecordType, pq.ParquetWriter] = {}
+        self._schemas: dict[RecordType, pa.Schema] = {}
+        suffix = ".jsonl.gz" if gzip_jsonl else ".jsonl"
+        self._jsonl = {"events": self.path / f"events{suffix}", "incidents": self.path / f"incidents{suffix}"}
+        self._jsonl_fh: dict[str, Any] = {}
+
+    def write_table(self, rtype: RecordType | str, df: pd.DataFrame) -> None:
+        """Append rows of a GPU or net table (columns per the contract, extras kept)."""
+        rtype = RecordType(rtype)
+        if rtype is RecordType.EVENT:
+            raise ValueError("events go to write_events()")
+        if df.empty:
+            return
+        if rtype not in self._writers:
+            extra = [(c, pa.Schema.from_pandas(df[[c]], preserve_index=False).field(c).type)
+                     for c in df.columns if c not in rtype.column_names]
+            self._schemas[rtype] = arrow_schema(rtype, extra)
+            self._writers[rtype] = pq.ParquetWriter(self.path / f"{rtype.value}.parquet",
+                                                    self._schemas[rtype], compression=self.compression)
+        schema = self._schemas[rtype]
+        tbl = pa.Table.from_pandas(_conform(df, schema), schema=schema, preserve_index=False)
+        self._writers[rtype].write_table(tbl, row_group_size=self.row_group_rows)
+
+    def write_events(self, events: Iterable[Mapping[str, Any]]) -> None:
+        self._write_jsonl("events", events)
+
+    def write_incidents(self, incidents: Iterable[Mapping[str, Any]]) -> None:
+        self._write_jsonl("incidents", incidents)
+
+    def _write_jsonl(self, stem: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        fh = self._jsonl_fh.get(stem)
+        if fh is None:
+            p = self._jsonl[stem]
+            fh = self._jsonl_fh[stem] = gzip.open(p, "wb") if p.suffix == ".gz" else open(p, "wb")
+        for r in rows:
+            clean = {k: _json_value(v) for k, v in r.items()}
+            fh.write(orjson.dumps(clean, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+
+    def close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+        for fh in self._jsonl_fh.values():
+            fh.close()
+        if RecordType.GPU not in self._writers:  # spec: gpu.parquet is required, even if empty
+            schema = arrow_schema(RecordType.GPU)
+            pq.write_table(schema.empty_table(), self.path / "gpu.parquet")
+        (self.path / "manifest.json").write_text(json.dumps(self.manifest.to_json(), indent=2) + "\n")
+
+    def __enter__(self) -> "RecordingWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            for w in self._writers.values():
+                w.close()
+            for fh in self._jsonl_fh.values():
+                fh.close()
+
+
+def _json_value(v: Any) -> Any:
+    if v is None or v is pd.NA or (isinstance(v, float) and not math.isfinite(v)):
+        return None
+    return v
+
+
+def _conform(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
+    """Columns in schema order; missing optional ones added as null."""
+    out = {}
+    n = len(df)
+    for f in schema:
+        if f.name in df.columns:
+            out[f.name] = df[f.name]
+        else:
+            out[f.name] = pd.Series([None] * n, dtype=object) if pa.types.is_string(f.type) else np.full(n, np.nan)
+    return pd.DataFrame(out)
+
+
+def write_recording(path: str | Path, manifest: Manifest, gpu: pd.DataFrame, net: pd.DataFrame | None = None,
+                    events: Sequence[Mapping[str, Any]] | pd.DataFrame | None = None,
+                    incidents: Sequence[Mapping[str, Any]] | None = None, **kw: Any) -> Path:
+    """Write a whole recording at once (small recordings, tests, conversions)."""
+    with RecordingWriter(path, manifest, **kw) as w:
+        w.write_table(RecordType.GPU, gpu)
+        if net is not None:
+            w.write_table(RecordType.NET, net)
+        if events is not None:
+            rows = events.to_dict("records") if isinstance(events, pd.DataFrame) else events
+            w.write_events(rows)
+        if incidents is not None:
+            w.write_incidents(incidents)
+    return Path(path)
