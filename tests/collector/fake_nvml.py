@@ -1,0 +1,166 @@
+"""A fake NVML module at our own boundary: the functions ``NvmlSource`` calls, in NVML's units.
+
+It re-exports pynvml's constants and exception classes (importing pynvml needs no
+driver), so the source under test sees the same error types as on a real GPU node.
+A field is made unsupported by naming its NVML function in ``FakeGpu.unsupported``;
+``FakeGpu.failing`` maps a function name to an NVML return code to raise instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+
+@dataclass
+class FakeGpu:
+    """One GPU's raw NVML readings (bytes, mW, ns, counts), as NVML returns them."""
+
+    uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
+    pci_bus_id: str = "00000000:18:00.0"
+    util_gpu: int = 97
+    util_mem: int = 41
+    mem_total: int = 81559 * 2**20
+    mem_reserved: int = 479 * 2**20
+    mem_used: int = 19818 * 2**20
+    temp_gpu: int = 59
+    temp_mem: int = 54
+    power_mw: int = 631950
+    power_limit_mw: int = 700000
+    sm_clock: int = 1980
+    mem_clock: int = 2619
+    throttle: int = 0x4
+    viol_thermal_ns: int = 12_000_000
+    viol_power_ns: int = 3_500_000_000
+    ecc: dict = field(default_factory=lambda: {(0, 0): 3, (1, 0): 0, (0, 1): 120, (1, 1): 1})
+    retired_sbe: list = field(default_factory=lambda: [0x1000, 0x2000])
+    retired_dbe: list = field(default_factory=lambda: [0x3000])
+    retired_pending: int = 0
+    remapped: tuple = (2, 1, 0, 0)
+    pcie_replay: int = 7
+    #: link → {DL counter id → value}
+    nvlink: dict = field(default_factory=lambda: {l: {0: 1, 1: 0, 2: 2, 3: 3} for l in range(18)})
+    unsupported: set = field(default_factory=set)
+    failing: dict = field(default_factory=dict)
+
+
+class FakeNvml:
+    """Stands in for the ``pynvml`` module; counts calls per function."""
+
+    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None) -> None:
+        self.gpus = gpus
+        self.init_error = init_error
+        self.calls: dict[str, int] = {}
+        self.shutdown_called = False
+        for name in dir(pynvml):
+            if name.startswith(("NVML_", "NVMLError", "nvmlMemory_v")) or name == "NVMLError":
+                setattr(self, name, getattr(pynvml, name))
+
+    # --- plumbing
+    def _gpu(self, h: Any, fn: str) -> FakeGpu:
+        self.calls[fn] = self.calls.get(fn, 0) + 1
+        g = self.gpus[h]
+        if fn in g.unsupported:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if fn in g.failing:
+            raise pynvml.NVMLError(g.failing[fn])
+        return g
+
+    # --- library
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown_called = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    # --- identity
+    def nvmlDeviceGetUUID(self, h):
+        return self._gpu(h, "nvmlDeviceGetUUID").uuid
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=self._gpu(h, "nvmlDeviceGetPciInfo").pci_bus_id)
+
+    # --- gauges
+    def nvmlDeviceGetUtilizationRates(self, h):
+        g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
+        return SimpleNamespace(gpu=g.util_gpu, memory=g.util_mem)
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        g = self._gpu(h, "nvmlDeviceGetMemoryInfo")
+        if version:  # v2: used excludes the reserve, as nvidia-smi shows it
+            return SimpleNamespace(total=g.mem_total, reserved=g.mem_reserved, used=g.mem_used,
+                                   free=g.mem_total - g.mem_reserved - g.mem_used)
+        return SimpleNamespace(total=g.mem_total, used=g.mem_used + g.mem_reserved,
+                               free=g.mem_total - g.mem_reserved - g.mem_used)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._gpu(h, "nvmlDeviceGetTemperature").temp_gpu
+
+    def nvmlDeviceGetFieldValues(self, h, field_ids):
+        g = self._gpu(h, "nvmlDeviceGetFieldValues")
+        out = []
+        for fid in field_ids:
+            ok = fid == pynvml.NVML_FI_DEV_MEMORY_TEMP and "temp_mem" not in g.unsupported
+            out.append(SimpleNamespace(
+                fieldId=fid, valueType=1, value=SimpleNamespace(uiVal=g.temp_mem if ok else 0),
+                nvmlReturn=pynvml.NVML_SUCCESS if ok else pynvml.NVML_ERROR_NOT_SUPPORTED))
+        return out
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._gpu(h, "nvmlDeviceGetPowerUsage").power_mw
+
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        return self._gpu(h, "nvmlDeviceGetPowerManagementLimit").power_limit_mw
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        g = self._gpu(h, "nvmlDeviceGetClockInfo")
+        return g.sm_clock if kind == pynvml.NVML_CLOCK_SM else g.mem_clock
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._gpu(h, "nvmlDeviceGetCurrentClocksEventReasons").throttle
+
+    def nvmlDeviceGetViolationStatus(self, h, policy):
+        g = self._gpu(h, "nvmlDeviceGetViolationStatus")
+        ns = g.viol_thermal_ns if policy == pynvml.NVML_PERF_POLICY_THERMAL else g.viol_power_ns
+        return SimpleNamespace(referenceTime=0, violationTime=ns)
+
+    # --- counters
+    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
+        return self._gpu(h, "nvmlDeviceGetTotalEccErrors").ecc[(error_type, counter_type)]
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        g = self._gpu(h, "nvmlDeviceGetRetiredPages")
+        return list(g.retired_dbe if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+                    else g.retired_sbe)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return self._gpu(h, "nvmlDeviceGetRetiredPagesPendingStatus").retired_pending
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        return self._gpu(h, "nvmlDeviceGetRemappedRows").remapped
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        return self._gpu(h, "nvmlDeviceGetPcieReplayCounter").pcie_replay
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        g = self._gpu(h, "nvmlDeviceGetNvLinkState")
+        if link not in g.nvlink:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return 1
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        g = self._gpu(h, "nvmlDeviceGetNvLinkErrorCounter")
+        try:
+            return g.nvlink[link][counter]
+        except KeyError:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED) from None
