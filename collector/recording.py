@@ -484,6 +484,17 @@ class RecordingWriter:
         tbl = pa.Table.from_pandas(_conform(df, schema), schema=schema, preserve_index=False)
         self._writers[rtype].write_table(tbl, row_group_size=self.row_group_rows)
 
+    def write_arrow(self, rtype: RecordType | str, table: pa.Table) -> None:
+        """Append an Arrow table already in the contract's schema (the simulator's fast path)."""
+        rtype = RecordType(rtype)
+        if table.num_rows == 0:
+            return
+        if rtype not in self._writers:
+            self._schemas[rtype] = table.schema
+            self._writers[rtype] = pq.ParquetWriter(self.path / f"{rtype.value}.parquet", table.schema,
+                                                    compression=self.compression)
+        self._writers[rtype].write_table(table.cast(self._schemas[rtype]), row_group_size=self.row_group_rows)
+
     def write_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         self._write_jsonl("events", events)
 

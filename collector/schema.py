@@ -115,8 +115,7 @@ GPU_COLUMNS: tuple[Column, ...] = _KEYS + (
     _c("power_limit_w", "float32", "gauge", "W"),
     _c("sm_clock_mhz", "float32", "gauge", "MHz"),
     _c("mem_clock_mhz", "float32", "gauge", "MHz"),
-    # int64 bitmask; nullable in a DataFrame, so carried as float64 there (exact < 2**53).
-    _c("throttle_reasons", "float64", "gauge", "bitmask"),
+    _c("throttle_reasons", "int64", "gauge", "bitmask"),
     _c("thermal_violation_us", "float64", "counter", "us"),
     _c("power_violation_us", "float64", "counter", "us"),
     _c("ecc_sbe_vol", "float64", "counter", "count"),

@@ -1,0 +1,199 @@
+"""How each fault class shows in telemetry: precursor dynamics and failure signature.
+
+Each ``apply_*`` function renders one :class:`~.plan.Incident` into one chunk: it
+raises counter *rates* (expected increments per tick, sampled as Poisson later),
+adds deterministic increments, changes gauge targets, sets throttle bits and flags,
+marks samples missing, and emits kernel-log events. Progress ``p`` runs 0 → 1 over
+the precursor phase [onset, failure); the failed phase is [failure, repair).
+
+The signatures follow what the hardware is documented to do (docs/simulator.md):
+SBE growth and row remaps before a DBE (XID 48 → 63/64 → 94/95); PCIe replays before
+some off-the-bus events (XID 79); NVLink CRC/replay growth before XID 74; symbol
+errors and link-error recoveries before an IB link goes down; a node-wide temperature
+climb with thermal throttle bits; intermittent then sustained power brake; a
+straggler at reduced clocks with no errors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from collector.schema import (
+    THROTTLE_HW_POWER_BRAKE,
+    THROTTLE_HW_SLOWDOWN,
+    FaultClass,
+)
+
+if TYPE_CHECKING:
+    from .generate import Chunk
+    from .plan import Incident
+
+
+def _phases(ch: "Chunk", inc: "Incident") -> tuple[slice, np.ndarray, slice]:
+    """Local slices of the precursor and failed phases, and progress over the precursor."""
+    pre_a = inc.precursor_start()
+    pa, pb = max(pre_a, ch.a) - ch.a, max(min(inc.failure, ch.b) - ch.a, max(pre_a, ch.a) - ch.a)
+    ticks = np.arange(ch.a + pa, ch.a + pb)
+    span = max(inc.failure - pre_a, 1)
+    p = ((ticks - pre_a) / span).astype(np.float64)
+    fa, fb = max(inc.failure, ch.a) - ch.a, max(min(inc.repair, ch.b) - ch.a, max(inc.failure, ch.a) - ch.a)
+    return slice(pa, pb), p, slice(fa, fb)
+
+
+def _at_failure(ch: "Chunk", inc: "Incident") -> int | None:
+    """Local index of the failure tick if it falls in this chunk."""
+    return inc.failure - ch.a if ch.a <= inc.failure < ch.b else None
+
+
+def _ramp(p: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Exponential growth from *lo* to *hi* per tick as p goes 0 → 1."""
+    return lo * np.exp(p * np.log(hi / lo))
+
+
+def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
+    g = ch.gpu_col(inc)
+    pre, p, failed = _phases(ch, inc)
+    dt_h = ch.dt / 3600
+    if inc.variant != "sudden" and p.size:
+        ch.rate("ecc_sbe_vol")[pre, g] += _ramp(p, 3.0, 600.0) * dt_h
+        # a handful of rows remapped along the way; each stays pending until a GPU reset
+        start, span = inc.precursor_start(), inc.failure - inc.precursor_start()
+        remap_ticks = [start + int(rp * span) for rp in inc.params["remap_at"]]
+        for t in remap_ticks:
+            if ch.a <= t < ch.b:
+                ch.inc("remapped_rows_corr")[t - ch.a, g] += 1
+        lo, hi = max(remap_ticks[0], ch.a) - ch.a, min(inc.failure, ch.b) - ch.a
+        if hi > lo:
+            ch.g["row_remap_pending"][lo:hi, g] = 1.0
+    f = _at_failure(ch, inc)
+    if f is not None:
+        ch.inc("ecc_dbe_vol")[f, g] += 2
+        ch.inc("remapped_rows_uncorr")[f, g] += 1
+        ch.event(inc, f, 48, "DBE (Double Bit Error) ECC Error (0x2)")
+        if inc.variant == "remap_failure":
+            ch.event(inc, f, 64, "Row Remapper Error: failed to remap row")
+            ch.event(inc, f, 95, "Uncontained: SRAM/HBM ECC error. Reset the GPU.")
+        else:
+            ch.event(inc, f, 63, "Row Remapper: New row marked for remapping, reset gpu to activate.")
+            ch.event(inc, f, 94, "Contained: ECC error. RST: No")
+    ch.g["row_remap_pending"][failed, g] = 1.0
+    if inc.variant == "remap_failure":
+        ch.g["row_remap_failure"][failed, g] = 1.0
+
+
+def gpu_off_bus(ch: "Chunk", inc: "Incident") -> None:
+    g = ch.gpu_col(inc)
+    pre, p, failed = _phases(ch, inc)
+    if inc.variant == "warned" and p.size:
+        ch.rate("pcie_replay")[pre, g] += _ramp(p, 0.5, 60.0) * ch.dt / 60
+        spikes = np.random.default_rng([inc.failure, ch.a]).random(p.size) < 0.15 * (0.3 + p)
+        ch.temp_add[pre, g] += np.where(spikes, 12.0, 0.0).astype(np.float32)
+    f = _at_failure(ch, inc)
+    if f is not None:
+        ch.event(inc, f, 79, "GPU has fallen off the bus.")
+    ch.missing[failed, g] = True
+
+
+def nvlink(ch: "Chunk", inc: "Incident") -> None:
+    g = ch.gpu_col(inc)
+    pre, p, failed = _phases(ch, inc)
+    per_min = ch.dt / 60
+    if inc.variant == "warned" and p.size:
+        crc = _ramp(p, 5.0, 4000.0) * per_min
+        ch.rate("nvlink_crc_flit_err")[pre, g] += crc
+        ch.rate("nvlink_crc_data_err")[pre, g] += crc * 0.1
+        ch.rate("nvlink_replay_err")[pre, g] += crc * 0.05
+        ch.rate("nvlink_recovery_err")[pre, g] += 0.6 * p * per_min
+    f = _at_failure(ch, inc)
+    if f is not None:
+        ch.inc("nvlink_recovery_err")[f, g] += 8
+        ch.event(inc, f, 74, "NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)")
+
+
+def pcie(ch: "Chunk", inc: "Incident") -> None:
+    g = ch.gpu_col(inc)
+    pre, p, failed = _phases(ch, inc)
+    if inc.variant == "warned" and p.size:
+        ch.rate("pcie_replay")[pre, g] += _ramp(p, 2.0, 600.0) * ch.dt / 60
+        ch.util_factor[pre, g] *= (1.0 - 0.35 * np.clip((p - 0.6) / 0.4, 0, 1)).astype(np.float32)
+    f = _at_failure(ch, inc)
+    if f is not None:
+        ch.inc("pcie_replay")[f, g] += 20000
+    ch.rate("pcie_replay")[failed, g] += 2000.0 * ch.dt / 60
+
+
+def fail_slow(ch: "Chunk", inc: "Incident") -> None:
+    g = ch.gpu_col(inc)
+    pre, p, failed = _phases(ch, inc)
+    k = inc.params["clock_factor"]
+    for sl in (pre, failed):
+        ch.clock_factor[sl, g] *= k
+        ch.power_factor[sl, g] *= 0.55 + 0.45 * k
+        ch.temp_add[sl, g] -= 6.0
+    # the peers of a straggler wait at collectives: their utilisation sags a little
+    peers = ch.node_cols(inc)
+    ch.util_factor[pre, peers] *= 0.85
+    ch.util_factor[pre, g] /= 0.85
+
+
+def thermal(ch: "Chunk", inc: "Incident") -> None:
+    cols = ch.node_cols(inc)
+    pre, p, failed = _phases(ch, inc)
+    if p.size:
+        climb = 34.0 * (p if inc.variant == "warned" else (p > 0.9) * 1.0)
+        ch.temp_add[pre, cols] += climb.astype(np.float32)[:, None]
+    ch.temp_add[failed, cols] += 45.0
+
+
+def power(ch: "Chunk", inc: "Incident") -> None:
+    cols = ch.node_cols(inc)
+    pre, p, failed = _phases(ch, inc)
+    if inc.variant == "warned" and p.size:
+        rng = np.random.default_rng([inc.failure, ch.a, 7])
+        brake = rng.random(p.size) < 0.05 + 0.5 * p
+        bits = np.where(brake, THROTTLE_HW_POWER_BRAKE | THROTTLE_HW_SLOWDOWN, 0)
+        ch.throttle[pre, cols] |= bits[:, None]
+        ch.power_factor[pre, cols] *= np.where(brake, 0.4, 1.0).astype(np.float32)[:, None]
+        ch.clock_factor[pre, cols] *= np.where(brake, 0.5, 1.0).astype(np.float32)[:, None]
+    ch.throttle[failed, cols] |= THROTTLE_HW_POWER_BRAKE | THROTTLE_HW_SLOWDOWN
+    ch.power_factor[failed, cols] *= 0.3
+    ch.clock_factor[failed, cols] *= 0.3
+
+
+def ib_link(ch: "Chunk", inc: "Incident") -> None:
+    port = inc.node * ch.plan.cfg.ports_per_node + (inc.port or 0)
+    pre, p, failed = _phases(ch, inc)
+    per_min = ch.dt / 60
+    if inc.variant == "warned" and p.size:
+        ch.net_rate("symbol_error")[pre, port] += _ramp(p, 2.0, 3000.0) * per_min
+        ch.net_rate("link_error_recovery")[pre, port] += (0.05 + 1.5 * p) * per_min
+        ch.net_rate("port_rcv_errors")[pre, port] += _ramp(p, 0.5, 500.0) * per_min
+        ch.net_rate("local_link_integrity_errors")[pre, port] += 0.3 * p * per_min
+    f = _at_failure(ch, inc)
+    if f is not None:
+        ch.net_inc("link_downed")[f, port] += 1
+        ch.net_inc("link_error_recovery")[f, port] += 3
+    ch.link_down[failed, port] = True
+
+
+def app_error(ch: "Chunk", inc: "Incident") -> None:
+    f = _at_failure(ch, inc)
+    if f is not None:
+        ch.event(inc, f, inc.code or 13, {13: "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)",
+                                          31: "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS",
+                                          43: "Ch 00000010, errorString CTX SWITCH TIMEOUT"}.get(inc.code or 13, ""))
+
+
+EFFECTS: dict[FaultClass, Callable[["Chunk", "Incident"], None]] = {
+    FaultClass.HBM_ECC: hbm_ecc,
+    FaultClass.GPU_OFF_BUS: gpu_off_bus,
+    FaultClass.NVLINK: nvlink,
+    FaultClass.PCIE: pcie,
+    FaultClass.FAIL_SLOW: fail_slow,
+    FaultClass.THERMAL: thermal,
+    FaultClass.POWER: power,
+    FaultClass.IB_LINK: ib_link,
+    FaultClass.APP_ERROR: app_error,
+}

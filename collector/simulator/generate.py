@@ -1,0 +1,289 @@
+"""Render a :class:`~.plan.FleetPlan` into telemetry, one chunk of ticks at a time.
+
+All work is vectorised over (ticks x GPUs) numpy arrays; per-chunk state (counter
+values, temperature lag, last XID) carries over so chunks join seamlessly. Output is
+Arrow tables in the contract's schema plus event dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+from scipy.signal import lfilter
+
+from collector.schema import (
+    GPU_COUNTERS,
+    IB_COUNTERS,
+    THROTTLE_HW_SLOWDOWN,
+    THROTTLE_HW_THERMAL,
+    THROTTLE_SW_POWER_CAP,
+    THROTTLE_SW_THERMAL,
+    FaultClass,
+    RecordType,
+    arrow_schema,
+)
+
+from .faults import EFFECTS
+from .plan import FleetPlan, Incident
+
+#: Counters that a reboot or driver reload sets back to zero (the rest persist in InfoROM).
+VOLATILE_GPU = tuple(c for c in GPU_COUNTERS if not c.endswith("_agg") and not c.startswith(("retired", "remapped")))
+GPU_IDLE_BIT = 0x1
+FB_TOTAL_MIB = 81559.0
+TEMP_TAU_S = 90.0
+_ERR_COUNTERS = tuple(c for c in IB_COUNTERS if not c.startswith(("port_xmit_data", "port_rcv_data", "port_xmit_packets",
+                                                                  "port_rcv_packets", "port_xmit_wait")))
+
+
+class Chunk:
+    """Mutable per-chunk buffers that fault effects write into."""
+
+    def __init__(self, plan: FleetPlan, a: int, b: int):
+        cfg = plan.cfg
+        self.plan, self.a, self.b, self.n, self.dt = plan, a, b, b - a, cfg.interval_s
+        G, NP, n = plan.n_gpus, cfg.nodes * cfg.ports_per_node, b - a
+        self.G, self.NP = G, NP
+        self.g = {k: np.zeros((n, G), np.float32) for k in ("row_remap_pending", "row_remap_failure",
+                                                            "retired_pages_pending")}
+        self.temp_add = np.zeros((n, G), np.float32)
+        self.util_factor = np.ones((n, G), np.float32)
+        self.clock_factor = np.ones((n, G), np.float32)
+        self.power_factor = np.ones((n, G), np.float32)
+        self.throttle = np.zeros((n, G), np.int64)
+        self.missing = np.zeros((n, G), bool)
+        self.link_down = np.zeros((n, NP), bool)
+        self._rate: dict[str, np.ndarray] = {}
+        self._inc: dict[str, np.ndarray] = {}
+        self._net_rate: dict[str, np.ndarray] = {}
+        self._net_inc: dict[str, np.ndarray] = {}
+        self.events: list[tuple[int, int, int, str, Incident | None]] = []  # (tick, gpu col, code, msg, inc)
+
+    def _lazy(self, d: dict[str, np.ndarray], name: str, width: int) -> np.ndarray:
+        arr = d.get(name)
+        if arr is None:
+            arr = d[name] = np.zeros((self.n, width), np.float64)
+        return arr
+
+    def rate(self, name: str) -> np.ndarray:
+        return self._lazy(self._rate, name, self.G)
+
+    def inc(self, name: str) -> np.ndarray:
+        return self._lazy(self._inc, name, self.G)
+
+    def net_rate(self, name: str) -> np.ndarray:
+        return self._lazy(self._net_rate, name, self.NP)
+
+    def net_inc(self, name: str) -> np.ndarray:
+        return self._lazy(self._net_inc, name, self.NP)
+
+    def gpu_col(self, inc: Incident) -> int:
+        return inc.node * self.plan.cfg.gpus_per_node + (inc.gpu or 0)
+
+    def node_cols(self, inc: Incident) -> slice:
+        k = self.plan.cfg.gpus_per_node
+        return slice(inc.node * k, (inc.node + 1) * k)
+
+    def event(self, inc: Incident, local_tick: int, code: int, message: str) -> None:
+        self.events.append((self.a + local_tick, self.gpu_col(inc), code, message, inc))
+
+
+@dataclass
+class SimChunk:
+    """One rendered chunk: GPU and port samples as Arrow tables, and events."""
+
+    gpu: pa.Table
+    net: pa.Table
+    events: list[dict[str, Any]]
+
+
+class Renderer:
+    """Turns a plan into consecutive :class:`SimChunk`s (stateful; iterate once)."""
+
+    def __init__(self, plan: FleetPlan):
+        self.plan = plan
+        cfg = plan.cfg
+        G, NP = plan.n_gpus, cfg.nodes * cfg.ports_per_node
+        self.gpu_cum = {c: np.zeros(G) for c in GPU_COUNTERS}
+        self.net_cum = {c: np.zeros(NP) for c in IB_COUNTERS}
+        self.xid = np.zeros(G, np.float32)
+        self.alpha = 1.0 - np.exp(-cfg.interval_s / TEMP_TAU_S)
+        idle = 30.0 + plan.temp_offset + plan.node_hot[plan.node_of_gpu]
+        self.temp_zi = ((1 - self.alpha) * idle)[None, :].astype(np.float64)
+        self.gpu_schema = arrow_schema(RecordType.GPU)
+        self.net_schema = arrow_schema(RecordType.NET)
+        self.node_dict = pa.array(plan.node_names, pa.string())
+        self.uuid_dict = pa.array(plan.gpu_uuids, pa.string())
+        resets = [(t, n, False) for t, n in plan.reboots]
+        resets += [(i.repair, i.node, i.variant == "remap_failure") for i in plan.incidents
+                   if i.fault is not FaultClass.APP_ERROR and i.repair < cfg.n_ticks]
+        self.resets = sorted(resets)
+
+    def chunks(self) -> Iterator[SimChunk]:
+        cfg = self.plan.cfg
+        for k, a in enumerate(range(0, cfg.n_ticks, cfg.chunk_ticks)):
+            yield self.render(a, min(a + cfg.chunk_ticks, cfg.n_ticks), np.random.default_rng([cfg.seed, k, 1]))
+
+    def render(self, a: int, b: int, rng: np.random.Generator) -> SimChunk:
+        plan, cfg = self.plan, self.plan.cfg
+        ch = Chunk(plan, a, b)
+        for inc in plan.incidents:
+            if inc.precursor_start() < b and max(inc.repair, inc.failure + 1) > a:
+                EFFECTS[inc.fault](ch, inc)
+        n, G, dt = ch.n, ch.G, cfg.interval_s
+        nog = plan.node_of_gpu
+        level = np.where(plan.job_active[a:b], np.where(plan.checkpoint[a:b], 0.2, 1.0), 0.0).astype(np.float32)
+        load = level[:, nog]
+        busy = load > 0
+        noise = rng.standard_normal((5, n, G), dtype=np.float32)
+        util = np.where(busy, np.clip(95 * load * ch.util_factor + 2 * noise[0], 0, 100), 0).astype(np.float32)
+        util_mem = np.where(busy, np.clip(55 * load * ch.util_factor + 3 * noise[1], 0, 100), 0).astype(np.float32)
+        power = ((65 + load * (560 + plan.power_offset)) * ch.power_factor + 10 * noise[2]).clip(50, 700)
+        capped = busy & (load > 0.5) & (rng.random((n, G)) < 0.08)
+        power = np.where(capped, 699.0, power).astype(np.float32)
+        target = 30 + load * 38 + plan.temp_offset + plan.node_hot[nog] + ch.temp_add
+        temp, self.temp_zi = lfilter([self.alpha], [1.0, self.alpha - 1.0], target, axis=0, zi=self.temp_zi)
+        temp = (temp + 0.4 * noise[3]).astype(np.float32)
+        thr = ch.throttle
+        thr |= np.where(~busy, GPU_IDLE_BIT, 0) | np.where(capped, THROTTLE_SW_POWER_CAP, 0)
+        thr |= np.where(temp > 87, THROTTLE_SW_THERMAL, 0)
+        thr |= np.where(temp > 92, THROTTLE_HW_THERMAL | THROTTLE_HW_SLOWDOWN, 0)
+        tfac = np.where(temp > 92, 0.55, np.where(temp > 87, 0.85, 1.0))
+        clock = (np.where(busy, 1980.0, 345.0) * ch.clock_factor * tfac + 3 * noise[4]).round().astype(np.float32)
+        fb = np.where(busy, 72000 + plan.power_offset * 10, 0.0).astype(np.float32)
+        cols: dict[str, Any] = {
+            "util_gpu": util, "util_mem": util_mem, "fb_used_mib": fb, "fb_free_mib": FB_TOTAL_MIB - fb,
+            "temp_gpu_c": temp, "temp_mem_c": temp + np.float32(6.0), "power_w": power,
+            "power_limit_w": np.full((n, G), 700.0, np.float32), "sm_clock_mhz": clock,
+            "mem_clock_mhz": np.full((n, G), 2619.0, np.float32), "throttle_reasons": thr,
+        }
+        cols.update(ch.g)
+        # counters: steady confounder rates, fault rates, violation time, then Poisson
+        dt_h = dt / 3600
+        ch.rate("ecc_sbe_vol")[:] += plan.sbe_rate_per_h * dt_h
+        ch.rate("pcie_replay")[:] += plan.pcie_rate_per_h * dt_h
+        ch.inc("thermal_violation_us")[:] += ((thr & (THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL)) > 0) * dt * 1e6
+        ch.inc("power_violation_us")[:] += ((thr & (THROTTLE_SW_POWER_CAP | 0x80)) > 0) * dt * 1e6 * 0.6
+        for name, r in ch._rate.items():
+            hit = np.nonzero(r.any(axis=0))[0]
+            if hit.size:
+                ch.inc(name)[:, hit] += rng.poisson(r[:, hit])
+        for vol, agg in (("ecc_sbe_vol", "ecc_sbe_agg"), ("ecc_dbe_vol", "ecc_dbe_agg")):
+            if vol in ch._inc:
+                ch.inc(agg)[:] += ch._inc[vol]
+        resets = [(t - a, nd, rep) for t, nd, rep in self.resets if a <= t < b]
+        k = cfg.gpus_per_node
+        for name in GPU_COUNTERS:
+            inc = ch._inc.get(name)
+            cum = np.cumsum(inc, axis=0) + self.gpu_cum[name] if inc is not None \
+                else np.broadcast_to(self.gpu_cum[name], (n, G)).copy()
+            for r, nd, replaced in resets:
+                if name in VOLATILE_GPU or replaced:
+                    sl = slice(nd * k, (nd + 1) * k)
+                    cum[r:, sl] -= cum[r - 1, sl] if r > 0 else self.gpu_cum[name][sl]
+            self.gpu_cum[name] = cum[-1].copy()
+            cols[name] = cum
+        cols["xid_last"] = self._xid(ch, resets)
+        events = [self._event_dict(t, col, code, msg) for t, col, code, msg, _ in sorted(ch.events, key=lambda e: e[0])]
+        jitter = rng.uniform(0, min(0.5, dt / 4), (n, cfg.nodes))
+        ts_node = cfg.start_ts + np.arange(a, b)[:, None] * dt + jitter
+        gpu_tbl = self._gpu_table(ts_node, cols, ch.missing)
+        net_tbl = self._net_table(ch, rng, ts_node, level, resets)
+        return SimChunk(gpu_tbl, net_tbl, events)
+
+    def _xid(self, ch: Chunk, resets: list[tuple[int, int, bool]]) -> np.ndarray:
+        xid = np.broadcast_to(self.xid, (ch.n, ch.G)).copy()
+        k = self.plan.cfg.gpus_per_node
+        changes = [(t - ch.a, 1, col, code) for t, col, code, _, _ in ch.events]
+        changes += [(r, 0, nd, 0) for r, nd, _ in resets]
+        for t, kind, who, code in sorted(changes):
+            if kind:
+                xid[t:, who] = code
+            else:
+                xid[t:, who * k:(who + 1) * k] = 0
+        self.xid = xid[-1].copy()
+        return xid
+
+    def _event_dict(self, tick: int, col: int, code: int, msg: str) -> dict[str, Any]:
+        plan, cfg = self.plan, self.plan.cfg
+        node, gpu = divmod(col, cfg.gpus_per_node)
+        bus = 0x18 + 0x20 * gpu
+        pci = f"0000:{bus:02x}:00"
+        ts = round(cfg.start_ts + tick * cfg.interval_s + 0.25, 3)
+        line = f"NVRM: Xid (PCI:{pci}): {code}, pid=4242, name=python3, {msg}"
+        return {"ts": ts, "node": plan.node_names[node], "gpu": gpu, "source": "kmsg", "kind": "xid",
+                "code": code, "pci_bus_id": pci, "message": line}
+
+    def _gpu_table(self, ts_node: np.ndarray, cols: dict[str, Any], missing: np.ndarray) -> pa.Table:
+        plan, cfg = self.plan, self.plan.cfg
+        n, G = missing.shape
+        nog = plan.node_of_gpu
+        arrays: dict[str, pa.Array] = {
+            "ts": pa.array(ts_node[:, nog].ravel()),
+            "node": _dict_col(np.broadcast_to(nog, (n, G)).ravel(), self.node_dict),
+            "gpu": pa.array(np.broadcast_to(np.arange(G) % cfg.gpus_per_node, (n, G)).ravel().astype(np.int16)),
+            "gpu_uuid": _dict_col(np.broadcast_to(np.arange(G), (n, G)).ravel(), self.uuid_dict),
+        }
+        any_missing = missing.any()
+        flat_missing = missing.ravel() if any_missing else None
+        for f in self.gpu_schema:
+            if f.name in arrays:
+                continue
+            v = np.asarray(cols[f.name]).ravel()
+            if any_missing:
+                arrays[f.name] = pa.array(v, mask=flat_missing).cast(f.type)
+            else:
+                arrays[f.name] = pa.array(v).cast(f.type)
+        return pa.Table.from_pydict(arrays, schema=self.gpu_schema)
+
+    def _net_table(self, ch: Chunk, rng: np.random.Generator, ts_node: np.ndarray, level: np.ndarray,
+                   resets: list[tuple[int, int, bool]]) -> pa.Table:
+        cfg, plan = self.plan.cfg, self.plan
+        P, NP, n, dt = cfg.ports_per_node, ch.NP, ch.n, cfg.interval_s
+        nop = np.repeat(np.arange(cfg.nodes), P)
+        up = ~ch.link_down
+        act = (level[:, nop] > 0) & up
+        words = np.where(act, 12.5e9 * dt * rng.uniform(0.1, 0.3, (n, NP)) * level[:, nop], 0.0)
+        words_rx = words * rng.uniform(0.9, 1.1, (n, NP))
+        inc = {
+            "port_xmit_data": words.round(), "port_rcv_data": words_rx.round(),
+            "port_xmit_packets": (words / 1024).round(), "port_rcv_packets": (words_rx / 1024).round(),
+            "port_xmit_wait": np.where(up, act * 2e3 * dt + plan.congestion[ch.a:ch.b][:, nop] * 4e6 * dt, 0.0).round(),
+        }
+        ch.net_rate("symbol_error")[:] += plan.port_symbol_rate_per_h * dt / 3600
+        for name in _ERR_COUNTERS:
+            v = ch._net_inc.get(name)
+            v = np.zeros((n, NP)) if v is None else v
+            r = ch._net_rate.get(name)
+            if r is not None:
+                hit = np.nonzero(r.any(axis=0))[0]
+                if hit.size:
+                    v[:, hit] += rng.poisson(r[:, hit])
+            inc[name] = v
+        cols = {}
+        for name in IB_COUNTERS:
+            cum = np.cumsum(inc[name], axis=0) + self.net_cum[name]
+            for r, nd, _ in resets:
+                sl = slice(nd * P, (nd + 1) * P)
+                cum[r:, sl] -= cum[r - 1, sl] if r > 0 else self.net_cum[name][sl]
+            self.net_cum[name] = cum[-1].copy()
+            cols[name] = pa.array(cum.ravel())
+        down = ch.link_down.ravel().astype(np.int8)
+        devs = pa.array([f"mlx5_{p}" for p in range(P)], pa.string())
+        arrays = {
+            "ts": pa.array(ts_node[:, nop].ravel()),
+            "node": _dict_col(np.broadcast_to(nop, (n, NP)).ravel(), self.node_dict),
+            "device": _dict_col(np.broadcast_to(np.arange(NP) % P, (n, NP)).ravel(), devs),
+            "port": pa.array(np.ones(n * NP, np.int16)),
+            "link_state": _dict_col(down, pa.array(["ACTIVE", "DOWN"])),
+            "phys_state": _dict_col(down, pa.array(["LinkUp", "Polling"])),
+            "rate_gbps": pa.array(np.full(n * NP, 400.0, np.float32)),
+        }
+        arrays.update(cols)
+        return pa.Table.from_pydict(arrays, schema=self.net_schema)
+
+
+def _dict_col(codes: np.ndarray, dictionary: pa.Array) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), dictionary).cast(pa.string())
