@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# THE gpuops test command: install what is missing, start the real test services (Kafka,
+# Slurm), run pytest against them, stop the services again, exit with pytest's status.
+#
+# Usage: deploy/testservices/run-tests.sh [PYTEST_ARGS...]      (default: -q)
+#   e.g. deploy/testservices/run-tests.sh -q -rs tests/services
+# Works from any directory (it cd's to the repository root).
+#
+# What it installs when missing (root, Debian 12): apt packages slurmctld slurmd
+# slurm-client munge (slurm_up.sh), a JRE and Maven (kafka_up.sh); the project with
+# `pip install -e '.[test,report]'`; the Kafka jars into ${GPUOPS_CACHE:-~/.cache/gpuops}.
+#
+# Environment:
+#   PYTHON                 interpreter to use (default: python, else python3)
+#   GPUOPS_KEEP_SERVICES=1 leave the services running afterwards (faster reruns)
+#   KAFKA_ROOT, KAFKA_PORT, SLURM_ROOT, ...   passed through to the *_up.sh scripts
+# Services that were already running when it started are reused and left running; the
+# ones it starts begin from purged state and are always stopped on exit (trap EXIT),
+# whatever pytest did; their logs stay in $KAFKA_ROOT/log and $SLURM_ROOT/log.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+cd "$ROOT"
+T0=$(date +%s)
+export KAFKA_ROOT=${KAFKA_ROOT:-/tmp/gpuops-kafka}
+export SLURM_ROOT=${SLURM_ROOT:-/tmp/gpuops-slurm}
+
+log() { printf '[run-tests +%3ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
+
+if [[ -n ${PYTHON:-} ]]; then :
+elif command -v python >/dev/null; then PYTHON=python
+else PYTHON=python3
+fi
+
+# ---- teardown: only what this run started ---------------------------------------------
+started_kafka=0
+started_slurm=0
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ ${GPUOPS_KEEP_SERVICES:-0} == 1 ]]; then
+    log "GPUOPS_KEEP_SERVICES=1: leaving services running"
+  else
+    if [[ $started_slurm == 1 ]]; then "$HERE/slurm_down.sh" >&2 || log "slurm_down failed"; fi
+    if [[ $started_kafka == 1 ]]; then "$HERE/kafka_down.sh" >&2 || log "kafka_down failed"; fi
+  fi
+  log "done, exit $rc"
+  exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- 1. python packages -----------------------------------------------------------------
+if ! "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4' >/dev/null 2>&1; then
+  log "installing gpuops with pip (editable, [test,report])"
+  "$PYTHON" -m pip install -q -e '.[test,report]'
+fi
+
+# ---- 2. services ---------------------------------------------------------------------------
+# last stdout line of an *_up.sh script is `export NAME=VALUE`; take VALUE without eval
+export_value() {  # $1 = NAME, $2 = the script's stdout
+  local line=${2##*$'\n'}
+  [[ $line == "export $1="* ]] || { log "unexpected output from service script: $line"; return 1; }
+  printf '%s' "${line#"export $1="}"
+}
+kafka_running() {
+  local p
+  [[ -f $KAFKA_ROOT/kafka.pid ]] && p=$(<"$KAFKA_ROOT/kafka.pid") && [[ -r /proc/$p/cmdline ]] &&
+    [[ $(tr '\0' ' ' <"/proc/$p/cmdline") == *kafka.Kafka* ]]
+}
+slurm_running() {
+  [[ -f $SLURM_ROOT/etc/slurm.conf ]] &&
+    [[ $(SLURM_CONF=$SLURM_ROOT/etc/slurm.conf timeout 5 scontrol ping 2>/dev/null) == *"is UP"* ]]
+}
+
+# A service this run starts begins from empty state (topics, offsets, jobs of an earlier
+# run would leak into tests); state is kept after the run for reading the logs.
+if ! kafka_running; then started_kafka=1; "$HERE/kafka_down.sh" --purge >/dev/null; fi
+out=$("$HERE/kafka_up.sh")
+GPUOPS_TEST_KAFKA=$(export_value GPUOPS_TEST_KAFKA "$out")
+export GPUOPS_TEST_KAFKA
+
+if ! slurm_running; then started_slurm=1; "$HERE/slurm_down.sh" --purge >/dev/null; fi
+out=$("$HERE/slurm_up.sh")
+SLURM_CONF=$(export_value SLURM_CONF "$out")
+export SLURM_CONF
+log "services up: GPUOPS_TEST_KAFKA=$GPUOPS_TEST_KAFKA SLURM_CONF=$SLURM_CONF"
+
+# ---- 3. tests ---------------------------------------------------------------------------------
+(( $# )) || set -- -q
+log "$PYTHON -m pytest $*"
+rc=0
+"$PYTHON" -m pytest "$@" || rc=$?
+if [[ $rc == 5 ]]; then
+  log "pytest collected no tests (exit 5): treated as a failure"
+fi
+exit "$rc"

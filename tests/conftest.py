@@ -1,0 +1,145 @@
+"""Fixtures for the real test services (shared/DESIGN.md, "Test services").
+
+Tests that integrate talk to a real Kafka broker and a real Slurm controller, started by
+``deploy/testservices/run-tests.sh`` (or by hand with ``kafka_up.sh`` / ``slurm_up.sh``).
+A test whose service is missing is skipped locally with a message saying how to start
+it; with ``CI=true`` the same situation fails the test instead, so CI cannot go green by
+skipping. Only service fixtures live here; packages add their own in their subfolders.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# `python -m pytest` from the repo root can import `tests.helpers`; a bare `pytest` (or one
+# run from another directory) cannot, so make the repo root importable here. (The same as
+# `pythonpath = ["."]` under [tool.pytest.ini_options].)
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.helpers import wait_until  # noqa: E402
+
+KAFKA_HINT = ("no Kafka broker: run deploy/testservices/kafka_up.sh and "
+              "export GPUOPS_TEST_KAFKA=127.0.0.1:19092")
+SLURM_HINT = ("no Slurm controller: run deploy/testservices/slurm_up.sh and "
+              "export SLURM_CONF=/tmp/gpuops-slurm/etc/slurm.conf")
+
+
+def in_ci() -> bool:
+    """True when running in CI (``CI=true``), where a missing service is a failure."""
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def service_missing(message: str) -> None:
+    """Skip the test locally, fail it in CI."""
+    if in_ci():
+        pytest.fail(f"{message} (CI=true: a missing service is a failure, not a skip)", pytrace=False)
+    pytest.skip(message)
+
+
+# ---- Kafka ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """``host:port`` of the real test broker (``GPUOPS_TEST_KAFKA``), checked reachable."""
+    bootstrap = os.environ.get("GPUOPS_TEST_KAFKA", "").strip()
+    if not bootstrap:
+        service_missing(KAFKA_HINT)
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="gpuops-tests-probe",
+                                 request_timeout_ms=10_000)
+    except KafkaError as e:
+        service_missing(f"GPUOPS_TEST_KAFKA={bootstrap} but the broker is unreachable ({e!r}); {KAFKA_HINT}")
+    admin.close()
+    return bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str) -> Iterator["KafkaAdminClient"]:  # noqa: F821
+    """One admin client for the session (creating/deleting test topics)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap, client_id="gpuops-tests",
+                             request_timeout_ms=30_000)
+    yield admin
+    admin.close()
+
+
+def _topic_name(test_name: str) -> str:
+    # Kafka topic names: [a-zA-Z0-9._-], at most 249 characters
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", test_name)[:150].strip("-.")
+    return f"test.{stem}.{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def kafka_topic(request: pytest.FixtureRequest, kafka_bootstrap: str, kafka_admin) -> Iterator[str]:
+    """A fresh topic with 4 partitions, unique to this test; deleted afterwards if possible."""
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError
+
+    name = _topic_name(request.node.name)
+    kafka_admin.create_topics([NewTopic(name, num_partitions=4, replication_factor=1)], timeout_ms=30_000)
+
+    def ready() -> bool:
+        described = kafka_admin.describe_topics([name])
+        return bool(described) and described[0].get("error_code") == 0 and all(
+            p.get("leader", -1) >= 0 for p in described[0].get("partitions", [])) and len(
+            described[0].get("partitions", [])) == 4
+
+    wait_until(ready, timeout_s=30, interval_s=0.1, message=f"topic {name} has 4 partitions with leaders")
+    yield name
+    try:
+        kafka_admin.delete_topics([name], timeout_ms=30_000)
+    except KafkaError:
+        pass  # best effort: the broker's state is scratch and purged by kafka_down.sh --purge
+
+
+# ---- Slurm ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def slurm_conf() -> Path:
+    """Path of the real test cluster's ``slurm.conf`` (``SLURM_CONF``), controller checked up.
+
+    ``SLURM_CONF`` stays in the environment, so ``scontrol``/``sbatch``/``sinfo`` run by the
+    tests and by the code under test talk to this cluster.
+    """
+    conf = os.environ.get("SLURM_CONF", "").strip()
+    if not conf:
+        service_missing(SLURM_HINT)
+    if not Path(conf).is_file():
+        service_missing(f"SLURM_CONF={conf} does not exist; {SLURM_HINT}")
+    if shutil.which("scontrol") is None:
+        service_missing(f"scontrol not installed (apt-get install slurm-client); {SLURM_HINT}")
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=15,
+                              env={**os.environ, "SLURM_CONF": conf})
+    except subprocess.TimeoutExpired:
+        service_missing(f"`scontrol ping` timed out for SLURM_CONF={conf}; {SLURM_HINT}")
+    if "is UP" not in ping.stdout:
+        service_missing(f"slurmctld is not up for SLURM_CONF={conf} "
+                        f"(scontrol ping: {(ping.stdout + ping.stderr).strip()!r}); {SLURM_HINT}")
+    return Path(conf)
+
+
+# ---- shared fixtures tree -------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def shared_fixtures() -> Path:
+    """``../shared/fixtures`` beside the repository (captured real data for sources/tests)."""
+    path = REPO_ROOT.parent / "shared" / "fixtures"
+    if not path.is_dir():
+        service_missing(f"shared fixtures not found at {path} (expected ../shared/fixtures beside the repo)")
+    return path
