@@ -160,7 +160,7 @@ class KmsgSource:
     def sample(self, now: float) -> SourceBatch:
         """Events for every XID / SXid line written since the last sample."""
         try:
-            lines = self._follower.read_all() if self.drain else self._follower.read_lines()
+            lines = self._follower.read_all(include_partial=True) if self.drain else self._follower.read_lines()
         except OSError as e:
             raise TransientSourceError(f"kmsg: reading {self.path} failed: {e}") from e
         self.lines_seen += len(lines)

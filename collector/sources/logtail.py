@@ -53,14 +53,19 @@ class LogFollower:
             return self._read_dev(self.max_bytes)
         return self._read_file(self.max_bytes)
 
-    def read_all(self) -> list[str]:
-        """Every complete line available now, whatever its size."""
+    def read_all(self, include_partial: bool = False) -> list[str]:
+        """Every line available now, whatever its size; with *include_partial* also an
+        unterminated last line (reading a finished file once, ``gpuops agent --once``)."""
         out: list[str] = []
         while True:
             got = self._read_dev(1 << 62) if self._is_dev else self._read_file(self.max_bytes)
             if not got:
-                return out
+                break
             out.extend(got)
+        if include_partial and self._partial:
+            out.append(self._partial.decode("utf-8", errors="replace").rstrip("\r"))
+            self._partial = b""
+        return out
 
     # ------------------------------------------------------------------ /dev/kmsg
 
