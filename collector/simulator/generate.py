@@ -176,15 +176,7 @@ class Renderer:
         resets = [(t - a, nd, rep) for t, nd, rep in self.resets if a <= t < b]
         k = cfg.gpus_per_node
         for name in GPU_COUNTERS:
-            inc = ch._inc.get(name)
-            cum = np.cumsum(inc, axis=0) + self.gpu_cum[name] if inc is not None \
-                else np.broadcast_to(self.gpu_cum[name], (n, G)).copy()
-            for r, nd, replaced in resets:
-                if name in VOLATILE_GPU or replaced:
-                    sl = slice(nd * k, (nd + 1) * k)
-                    cum[r:, sl] -= cum[r - 1, sl] if r > 0 else self.gpu_cum[name][sl]
-            self.gpu_cum[name] = cum[-1].copy()
-            cols[name] = cum
+            cols[name] = self._cumulate(ch._inc.get(name), self.gpu_cum, name, resets, k, (n, G))
         cols["xid_last"] = self._xid(ch, resets)
         events = [self._event_dict(t, col, code, msg) for t, col, code, msg, _ in sorted(ch.events, key=lambda e: e[0])]
         jitter = rng.uniform(0, min(0.5, dt / 4), (n, cfg.nodes))
@@ -192,6 +184,22 @@ class Renderer:
         gpu_tbl = self._gpu_table(ts_node, cols, ch.missing)
         net_tbl = self._net_table(ch, rng, ts_node, level, resets)
         return SimChunk(gpu_tbl, net_tbl, events)
+
+    @staticmethod
+    def _cumulate(inc: np.ndarray | None, carry: dict[str, np.ndarray], name: str,
+                  resets: list[tuple[int, int, bool]], width: int, shape: tuple[int, int],
+                  only_volatile: bool = True) -> np.ndarray:
+        """Counter values from increments, continuing *carry*; a reboot sets a node's back to 0."""
+        if inc is None and not resets:
+            cum = np.broadcast_to(carry[name], shape)  # unchanged all chunk: no cumsum needed
+            return cum
+        cum = carry[name] + (np.cumsum(inc, axis=0) if inc is not None else np.zeros(shape))
+        for r, nd, replaced in resets:
+            if not only_volatile or name in VOLATILE_GPU or replaced:
+                sl = slice(nd * width, (nd + 1) * width)
+                cum[r:, sl] -= cum[r - 1, sl] if r > 0 else carry[name][sl]
+        carry[name] = cum[-1].copy()
+        return cum
 
     def _xid(self, ch: Chunk, resets: list[tuple[int, int, bool]]) -> np.ndarray:
         xid = np.broadcast_to(self.xid, (ch.n, ch.G)).copy()
@@ -255,21 +263,18 @@ class Renderer:
         ch.net_rate("symbol_error")[:] += plan.port_symbol_rate_per_h * dt / 3600
         for name in _ERR_COUNTERS:
             v = ch._net_inc.get(name)
-            v = np.zeros((n, NP)) if v is None else v
             r = ch._net_rate.get(name)
             if r is not None:
                 hit = np.nonzero(r.any(axis=0))[0]
                 if hit.size:
+                    v = np.zeros((n, NP)) if v is None else v
                     v[:, hit] += rng.poisson(r[:, hit])
-            inc[name] = v
+            if v is not None:
+                inc[name] = v
         cols = {}
         for name in IB_COUNTERS:
-            cum = np.cumsum(inc[name], axis=0) + self.net_cum[name]
-            for r, nd, _ in resets:
-                sl = slice(nd * P, (nd + 1) * P)
-                cum[r:, sl] -= cum[r - 1, sl] if r > 0 else self.net_cum[name][sl]
-            self.net_cum[name] = cum[-1].copy()
-            cols[name] = pa.array(cum.ravel())
+            cols[name] = pa.array(self._cumulate(inc.get(name), self.net_cum, name, resets, P, (n, NP),
+                                                 only_volatile=False).ravel())
         down = ch.link_down.ravel().astype(np.int8)
         devs = pa.array([f"mlx5_{p}" for p in range(P)], pa.string())
         arrays = {
