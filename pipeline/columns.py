@@ -1,0 +1,130 @@
+"""Column batches: the one input shape of window state, from the bus or a recording.
+
+A batch holds rows of one record type as numpy arrays — keys already turned into
+dense ids by :mod:`pipeline.registry`, values as a column-major float64 block
+(``vals[j]`` is one contiguous column). Decoded Kafka messages and recording windows
+both end up here; everything downstream sees only these three types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from collector.schema import GPU_COLUMNS, IB_COUNTERS, ColumnKind
+
+#: Numeric GPU columns carried into window state, in contract order (all but keys).
+GPU_VALUE_COLUMNS: tuple[str, ...] = tuple(
+    c.name for c in GPU_COLUMNS if c.numeric and c.kind is not ColumnKind.KEY)
+GPU_COL = {name: j for j, name in enumerate(GPU_VALUE_COLUMNS)}
+
+#: Port counters kept per port (IB_COUNTERS subset; the others are bulk traffic).
+NET_STATE_COUNTERS: tuple[str, ...] = tuple(c for c in IB_COUNTERS if c in (
+    "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+    "port_rcv_remote_physical_errors", "local_link_integrity_errors", "port_xmit_discards",
+    "port_xmit_wait"))
+NET_COL = {name: j for j, name in enumerate(NET_STATE_COUNTERS)}
+
+
+@dataclass
+class GpuRows:
+    """GPU samples: ts (s), slot, and ``vals[GPU_COL[name]]`` per numeric column."""
+
+    ts: np.ndarray      # float64 (n,)
+    slot: np.ndarray    # int32 (n,)
+    vals: np.ndarray    # float64 (len(GPU_VALUE_COLUMNS), n); NaN = unsupported / missing
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def take(self, idx: np.ndarray) -> "GpuRows":
+        return GpuRows(self.ts[idx], self.slot[idx], np.take(self.vals, idx, axis=1))
+
+    @staticmethod
+    def empty() -> "GpuRows":
+        return GpuRows(np.zeros(0), np.zeros(0, np.int32), np.zeros((len(GPU_VALUE_COLUMNS), 0)))
+
+    @staticmethod
+    def concat(parts: Sequence["GpuRows"]) -> "GpuRows":
+        if len(parts) == 1:
+            return parts[0]
+        return GpuRows(np.concatenate([p.ts for p in parts]), np.concatenate([p.slot for p in parts]),
+                       np.concatenate([p.vals for p in parts], axis=1))
+
+
+@dataclass
+class NetRows:
+    """Port samples: ts, port slot, link ACTIVE flag (1/0/-1 unknown), counter block."""
+
+    ts: np.ndarray      # float64 (n,)
+    port: np.ndarray    # int32 (n,)
+    active: np.ndarray  # int8 (n,)
+    vals: np.ndarray    # float64 (len(NET_STATE_COUNTERS), n)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def take(self, idx: np.ndarray) -> "NetRows":
+        return NetRows(self.ts[idx], self.port[idx], self.active[idx], np.take(self.vals, idx, axis=1))
+
+    @staticmethod
+    def empty() -> "NetRows":
+        return NetRows(np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int8),
+                       np.zeros((len(NET_STATE_COUNTERS), 0)))
+
+    @staticmethod
+    def concat(parts: Sequence["NetRows"]) -> "NetRows":
+        if len(parts) == 1:
+            return parts[0]
+        return NetRows(*(np.concatenate([getattr(p, f) for p in parts], axis=-1)
+                         for f in ("ts", "port", "active", "vals")))
+
+
+@dataclass
+class XidRows:
+    """XID events: ts, node id, gpu index (-1 = not resolved to a GPU), XID code."""
+
+    ts: np.ndarray      # float64
+    node: np.ndarray    # int32
+    gpu: np.ndarray     # int16, -1 unknown
+    code: np.ndarray    # int32
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def take(self, idx: np.ndarray) -> "XidRows":
+        return XidRows(self.ts[idx], self.node[idx], self.gpu[idx], self.code[idx])
+
+    @staticmethod
+    def empty() -> "XidRows":
+        return XidRows(np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int16), np.zeros(0, np.int32))
+
+    @staticmethod
+    def concat(parts: Sequence["XidRows"]) -> "XidRows":
+        if len(parts) == 1:
+            return parts[0]
+        return XidRows(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("ts", "node", "gpu", "code")))
+
+
+def link_active_flags(states: np.ndarray) -> np.ndarray:
+    """``link_state`` strings → 1 (ACTIVE), 0 (any other state), -1 (null). Accepts sysfs '4: ACTIVE'."""
+    codes, uniques = pd.factorize(states, use_na_sentinel=True)
+    table = np.array([1 if str(u).upper().endswith("ACTIVE") else 0 for u in uniques] + [-1], np.int8)
+    return table[codes]
+
+
+def frame_block(df: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
+    """Numeric columns of *df* as a (len(names), n) float64 block; absent columns are NaN."""
+    out = np.full((len(names), len(df)), np.nan)
+    for j, name in enumerate(names):
+        if name in df.columns:
+            out[j] = df[name].to_numpy(np.float64, na_value=np.nan)
+    return out
+
+
+def nullable_ints(s: Any, fill: int, dtype: Any) -> np.ndarray:
+    """A nullable integer column (pandas Int16/float/object) → numpy ints, null → *fill*."""
+    return pd.Series(s).astype("Float64").fillna(fill).to_numpy(np.float64).astype(dtype)

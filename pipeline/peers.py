@@ -1,0 +1,47 @@
+"""Vectorised group statistics: median per group, robust z-score against the fleet.
+
+Used for peer deviation (a GPU against the median of its node's GPUs) and node-vs-fleet
+robust z-scores (median and MAD over nodes). All groups are done in one sort; no Python
+loop per node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: MAD → standard deviation for a normal distribution.
+MAD_TO_SIGMA = 1.4826
+
+
+def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """Median of the finite *values* of each group ``0..n_groups-1`` (NaN for a group with none)."""
+    out = np.full(n_groups, np.nan)
+    if len(values) == 0:
+        return out
+    order = np.lexsort((values, groups))  # NaN sorts last inside each group
+    v, g = values[order], groups[order]
+    cnt = np.bincount(groups, weights=np.isfinite(values), minlength=n_groups).astype(np.int64)
+    start = np.searchsorted(g, np.arange(n_groups))
+    has = cnt > 0
+    lo = start[has] + (cnt[has] - 1) // 2
+    hi = start[has] + cnt[has] // 2
+    out[has] = 0.5 * (v[lo] + v[hi])
+    return out
+
+
+def median(values: np.ndarray) -> float:
+    """Median of the finite values (NaN when none)."""
+    v = values[np.isfinite(values)]
+    return float(np.median(v)) if len(v) else float("nan")
+
+
+def robust_z(values: np.ndarray, floor: float) -> np.ndarray:
+    """(x − median) / max(1.4826·MAD, floor) over the finite values of *values*.
+
+    *floor* (in the values' unit) keeps a fleet where every node reads the same from
+    turning a 1-unit difference into an infinite score.
+    """
+    med = median(values)
+    mad = median(np.abs(values - med))
+    scale = max(MAD_TO_SIGMA * mad, floor) if np.isfinite(mad) else floor
+    return (values - med) / scale

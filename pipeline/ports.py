@@ -1,0 +1,108 @@
+"""Per-port (IB/RoCE) window state, and node-level XID counts.
+
+Ports work like GPUs (:mod:`pipeline.state`): a :class:`~pipeline.ring.Ring` per port
+slot of Σincrement and Σdt for each counter of :data:`pipeline.columns.NET_STATE_COUNTERS`
+(reset-safe), plus counts of samples, samples with a known link state and samples not
+``ACTIVE``. XID events that name no GPU (the kernel line could not be resolved to a
+device) are counted per node here and shown to every GPU of that node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.columns import NET_STATE_COUNTERS, NetRows
+from pipeline.ring import Ring, counter_deltas, previous, runs, sort_order
+from pipeline.state import XID_CLASSES, xid_class
+
+_K = len(NET_STATE_COUNTERS)
+PORT_STATS = {"cnt_delta": slice(0, _K), "cnt_dt": slice(_K, 2 * _K), "samples": slice(2 * _K, 2 * _K + 1),
+              "state_known": slice(2 * _K + 1, 2 * _K + 2), "not_active": slice(2 * _K + 2, 2 * _K + 3)}
+N_PORT_STATS = 2 * _K + 3
+
+
+class PortWindowState:
+    """Window state of every port slot; fed one closed tick of rows at a time."""
+
+    def __init__(self, n_buckets: int, bucket_s: float, capacity: int = 1024) -> None:
+        self.bucket_s = float(bucket_s)
+        self.ring = Ring(n_buckets, capacity, N_PORT_STATS)
+        self.last_ts = np.full(capacity, np.nan)
+        self.last_vals = np.full((_K, capacity), np.nan)
+        self.duplicates = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.ring.nbytes + self.last_ts.nbytes + self.last_vals.nbytes
+
+    def ensure(self, capacity: int) -> None:
+        if capacity <= len(self.last_ts):
+            return
+        self.ring.ensure(capacity)
+        cap = self.ring.capacity
+        last_ts = np.full(cap, np.nan)
+        last_ts[: len(self.last_ts)] = self.last_ts
+        last_vals = np.full((_K, cap), np.nan)
+        last_vals[:, : self.last_vals.shape[1]] = self.last_vals
+        self.last_ts, self.last_vals = last_ts, last_vals
+
+    def update(self, rows: NetRows) -> None:
+        """Fold one tick's port samples (any order) into the state."""
+        if len(rows) == 0:
+            return
+        self.ensure(int(rows.port.max()) + 1)
+        order = sort_order(rows.ts, rows.port)
+        port, ts = rows.port[order], rows.ts[order]
+        first, _ = runs(port)
+        dup = ~first
+        dup[1:] &= ts[1:] == ts[:-1]
+        dup[0] = False
+        dup |= ts <= self.last_ts[port]
+        if dup.any():
+            self.duplicates += int(dup.sum())
+            order, port, ts = order[~dup], port[~dup], ts[~dup]
+            if len(order) == 0:
+                return
+        vals, active = rows.vals[:, order], rows.active[order]
+        b = np.floor(ts / self.bucket_s).astype(np.int64)
+        first, starts = runs(port, b)
+        fp = port[first]
+        delta = counter_deltas(vals, first, self.last_vals[:, fp])
+        dt = ts - previous(ts, first, self.last_ts[fp])
+        known = np.isfinite(delta) & np.isfinite(dt)
+        sums = np.empty((len(starts), N_PORT_STATS))
+        sums[:, PORT_STATS["cnt_delta"]] = np.add.reduceat(np.where(known, delta, 0.0), starts, axis=1).T
+        sums[:, PORT_STATS["cnt_dt"]] = np.add.reduceat(np.where(known, dt, 0.0), starts, axis=1).T
+        sums[:, PORT_STATS["samples"]] = np.diff(np.append(starts, len(ts)))[:, None]
+        sums[:, PORT_STATS["state_known"]] = np.add.reduceat((active >= 0).astype(np.float64), starts)[:, None]
+        sums[:, PORT_STATS["not_active"]] = np.add.reduceat((active == 0).astype(np.float64), starts)[:, None]
+        self.ring.add_cells(port[starts], b[starts], sums)
+        last = np.flatnonzero(np.append(first[1:], True))
+        self.last_ts[port[last]] = ts[last]
+        self.last_vals[:, port[last]] = vals[:, last]
+
+    def windows(self, ports: np.ndarray, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
+        """Short- and long-window sums per port at *tick_end*."""
+        return self.ring.window(ports, int(round(tick_end / self.bucket_s)), n_short, self.bucket_s)
+
+
+class NodeXidState:
+    """XID counts per node and class for events not resolved to a GPU."""
+
+    def __init__(self, n_buckets: int, bucket_s: float, capacity: int = 256) -> None:
+        self.bucket_s = float(bucket_s)
+        self.ring = Ring(n_buckets, capacity, len(XID_CLASSES))
+
+    @property
+    def nbytes(self) -> int:
+        return self.ring.nbytes
+
+    def add(self, nodes: np.ndarray, ts: np.ndarray, codes: np.ndarray) -> None:
+        if len(nodes) == 0:
+            return
+        self.ring.ensure(int(nodes.max()) + 1)
+        self.ring.add_at(nodes, np.floor(ts / self.bucket_s).astype(np.int64), xid_class(codes))
+
+    def windows(self, nodes: np.ndarray, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
+        self.ring.ensure(int(nodes.max()) + 1 if len(nodes) else 1)
+        return self.ring.window(nodes, int(round(tick_end / self.bucket_s)), n_short, self.bucket_s)

@@ -1,0 +1,168 @@
+"""Dense slot ids for nodes, GPUs and network ports.
+
+Window state lives in preallocated numpy arrays indexed by a *slot*: a small dense
+integer per (node, gpu) or per (node, device, port). The registries here hand out
+those slots (growing their tables by doubling) and keep a canonical order — sorted by
+node name, then GPU / device / port — so that features never depend on the order in
+which a live stream or a recording happened to introduce the keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+class NodeRegistry:
+    """Node name → dense node id (0, 1, 2, … in order of first appearance)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def id_of(self, name: str) -> int:
+        """Id of one node, registering it on first sight."""
+        i = self._ids.get(name)
+        if i is None:
+            i = self._ids[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+    def ids_of(self, names: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`id_of` for an array of names (one dict lookup per distinct name)."""
+        codes, uniques = pd.factorize(names, sort=False)
+        table = np.fromiter((self.id_of(str(u)) for u in uniques), np.int32, len(uniques))
+        return table[codes]
+
+    def name_array(self) -> np.ndarray:
+        """All node names, indexed by id (object array)."""
+        return np.array(self.names, dtype=object)
+
+
+class GpuRegistry:
+    """(node id, gpu index) → slot, through a dense 2-D table that grows by doubling."""
+
+    def __init__(self, nodes: NodeRegistry, expected_nodes: int = 256, gpus_per_node: int = 8,
+                 expected_gpus: int = 1024) -> None:
+        self.nodes = nodes
+        self._table = np.full((max(expected_nodes, 1), max(gpus_per_node, 1)), -1, np.int32)
+        self.slot_node = np.zeros(max(expected_gpus, 1), np.int32)
+        self.slot_gpu = np.zeros(max(expected_gpus, 1), np.int16)
+        self.n = 0
+        self._order: np.ndarray | None = None
+
+    @property
+    def capacity(self) -> int:
+        return len(self.slot_node)
+
+    def slots_of(self, node_ids: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+        """Slots of (node_ids[i], gpus[i]), creating the missing ones. gpus must be ≥ 0."""
+        node_ids = np.asarray(node_ids, np.int32)
+        gpus = np.asarray(gpus, np.int64)
+        if len(node_ids) == 0:
+            return np.zeros(0, np.int32)
+        need_n = int(node_ids.max()) + 1
+        need_g = int(gpus.max()) + 1
+        if need_n > self._table.shape[0] or need_g > self._table.shape[1]:
+            self._grow_table(need_n, need_g)
+        slots = self._table[node_ids, gpus]
+        missing = slots < 0
+        if missing.any():
+            pairs = np.unique(np.stack([node_ids[missing], gpus[missing]]), axis=1)
+            k = pairs.shape[1]
+            while self.n + k > self.capacity:
+                self.slot_node = _grown(self.slot_node, self.capacity * 2)
+                self.slot_gpu = _grown(self.slot_gpu, self.capacity * 2)
+            new = np.arange(self.n, self.n + k, dtype=np.int32)
+            self._table[pairs[0], pairs[1]] = new
+            self.slot_node[new] = pairs[0]
+            self.slot_gpu[new] = pairs[1]
+            self.n += k
+            self._order = None
+            slots = self._table[node_ids, gpus]
+        return slots
+
+    def _grow_table(self, need_n: int, need_g: int) -> None:
+        rows, cols = self._table.shape
+        while rows < need_n:
+            rows *= 2
+        while cols < need_g:
+            cols *= 2
+        t = np.full((rows, cols), -1, np.int32)
+        t[: self._table.shape[0], : self._table.shape[1]] = self._table
+        self._table = t
+
+    def canonical_order(self) -> np.ndarray:
+        """All slots sorted by (node name, gpu); cached until a slot is added."""
+        if self._order is None:
+            names = np.array(self.nodes.names, dtype=str)[self.slot_node[: self.n]]
+            self._order = np.lexsort((self.slot_gpu[: self.n], names)).astype(np.int32)
+        return self._order
+
+
+class PortRegistry:
+    """(node id, device, port) → port slot; ports are few, so a dict suffices."""
+
+    def __init__(self, nodes: NodeRegistry, expected_ports: int = 1024) -> None:
+        self.nodes = nodes
+        self._ids: dict[tuple[int, str, int], int] = {}
+        self.port_node = np.zeros(max(expected_ports, 1), np.int32)
+        self.keys: list[tuple[int, str, int]] = []
+        self._order: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.keys)
+
+    @property
+    def capacity(self) -> int:
+        return len(self.port_node)
+
+    def slots_of(self, node_ids: np.ndarray, devices: np.ndarray, ports: np.ndarray) -> np.ndarray:
+        """Port slots of each row, creating the missing ones."""
+        out = np.empty(len(node_ids), np.int32)
+        ids = self._ids
+        for i, key in enumerate(zip(node_ids.tolist(), devices.tolist(), ports.tolist())):
+            s = ids.get(key)
+            if s is None:
+                s = ids[key] = len(self.keys)
+                self.keys.append(key)
+                if s >= self.capacity:
+                    self.port_node = _grown(self.port_node, self.capacity * 2)
+                self.port_node[s] = key[0]
+                self._order = None
+            out[i] = s
+        return out
+
+    def canonical_order(self) -> np.ndarray:
+        """All port slots sorted by (node name, device, port); cached until one is added."""
+        if self._order is None:
+            names = self.nodes.names
+            self._order = np.array(sorted(range(self.n), key=lambda s: (names[self.keys[s][0]],) + self.keys[s][1:]),
+                                   dtype=np.int32)
+        return self._order
+
+
+def _grown(a: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros((size,) + a.shape[1:], a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+class Keys:
+    """The three registries of one pipeline, shared by decoding and window state."""
+
+    def __init__(self, expected_nodes: int = 256, expected_gpus: int = 1024, expected_ports: int = 1024) -> None:
+        self.nodes = NodeRegistry()
+        self.gpus = GpuRegistry(self.nodes, expected_nodes=expected_nodes, expected_gpus=expected_gpus)
+        self.ports = PortRegistry(self.nodes, expected_ports=expected_ports)
+        self._names: np.ndarray = np.zeros(0, dtype=object)
+
+    def node_names(self) -> np.ndarray:
+        """Node names by id (object array), cached until a node is added."""
+        if len(self._names) != len(self.nodes):
+            self._names = self.nodes.name_array()
+        return self._names

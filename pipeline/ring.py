@@ -1,0 +1,148 @@
+"""Bucketed ring buffers of per-slot sums, and the sorted-run helpers that fill them.
+
+A :class:`Ring` holds, for every slot (a GPU, a port, a node), ``n_buckets`` cells of
+``n_stats`` float64 sums, one cell per ``bucket_s`` seconds of telemetry time. Cell
+``pos = b % n_buckets`` of bucket index ``b = floor(ts / bucket_s)`` is tagged with
+``b``; a cell whose tag is not the bucket a window asks for is stale and reads as
+empty. So memory per slot is fixed (``n_buckets * n_stats * 8`` bytes) however long
+the stream runs, and a window is a sum over at most ``n_buckets`` cells.
+
+Updates arrive as rows sorted by (slot, ts): :func:`runs` finds where each slot's and
+each (slot, bucket)'s rows start, :func:`counter_deltas` turns cumulative counters
+into non-negative increments with reset handling, and ``np.add.reduceat`` sums each
+run into one cell — no Python loop per sample.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+class Ring:
+    """``n_buckets`` × capacity × ``n_stats`` sums, tagged by bucket index, growing by doubling."""
+
+    def __init__(self, n_buckets: int, capacity: int, n_stats: int) -> None:
+        self.n_buckets = n_buckets
+        self.n_stats = n_stats
+        self.acc = np.zeros((n_buckets, capacity, n_stats))
+        self.tag = np.full((n_buckets, capacity), -1, np.int64)
+
+    @property
+    def capacity(self) -> int:
+        return self.acc.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.acc.nbytes + self.tag.nbytes
+
+    def ensure(self, capacity: int) -> None:
+        """Grow (by doubling) to hold at least *capacity* slots."""
+        cap = self.capacity
+        if capacity <= cap:
+            return
+        while cap < capacity:
+            cap *= 2
+        acc = np.zeros((self.n_buckets, cap, self.n_stats))
+        acc[:, : self.capacity] = self.acc
+        tag = np.full((self.n_buckets, cap), -1, np.int64)
+        tag[:, : self.capacity] = self.tag
+        self.acc, self.tag = acc, tag
+
+    def _claim(self, slot: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Positions of cells (slot, b); cells that held an older bucket are zeroed first."""
+        pos = b % self.n_buckets
+        stale = self.tag[pos, slot] != b
+        if stale.any():
+            self.acc[pos[stale], slot[stale]] = 0.0
+            self.tag[pos[stale], slot[stale]] = b[stale]
+        return pos
+
+    def add_cells(self, slot: np.ndarray, b: np.ndarray, sums: np.ndarray) -> None:
+        """Add ``sums[i]`` (n_stats,) to cell (slot[i], b[i]); the (slot, b) pairs are distinct."""
+        pos = self._claim(slot, b)
+        self.acc[pos, slot] += sums
+
+    def add_at(self, slot: np.ndarray, b: np.ndarray, stat: np.ndarray, w: float | np.ndarray = 1.0) -> None:
+        """Add *w* to stat ``stat[i]`` of cell (slot[i], b[i]); pairs may repeat (rare rows: events)."""
+        pos = self._claim(slot, b)
+        np.add.at(self.acc, (pos, slot, stat), w)
+
+    def window(self, slots: np.ndarray, b_end: int, n_short: int, bucket_s: float,
+               shift: Callable[[np.ndarray, np.ndarray, float], None] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Sums over the short and the long window ending before bucket *b_end*, per slot.
+
+        Returns two (len(slots), n_stats) arrays. *shift(cells, valid, offset_s)* may
+        rewrite a bucket's cells in place before they are added (time-referenced stats);
+        ``offset_s`` is the bucket's start relative to the window end (≤ 0).
+        """
+        r = len(slots)
+        short = np.zeros((r, self.n_stats))
+        long = np.zeros((r, self.n_stats))
+        cells = np.empty((r, self.n_stats))
+        for k in range(self.n_buckets):
+            b = b_end - 1 - k
+            pos = b % self.n_buckets
+            valid = self.tag[pos, slots] == b
+            if not valid.any():
+                continue
+            np.take(self.acc[pos], slots, axis=0, out=cells)
+            cells[~valid] = 0.0
+            if shift is not None:
+                shift(cells, valid, (b - b_end) * bucket_s)
+            long += cells
+            if k < n_short:
+                short += cells
+        return short, long
+
+
+def sort_order(ts: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """Permutation sorting rows by (slot, ts). Each slot's rows usually arrive in time
+    order already (one collector per node), so a stable sort by slot is tried first and
+    the full two-key sort is done only when some slot's rows are out of order."""
+    order = np.argsort(slot, kind="stable")
+    if len(ts) < 2:
+        return order
+    s, t = slot[order], ts[order]
+    if bool(((t[1:] >= t[:-1]) | (s[1:] != s[:-1])).all()):
+        return order
+    return np.lexsort((ts, slot))
+
+
+def runs(slot: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For rows sorted by slot (then ts): mask of each slot's first row, and the start
+    indices of each (slot, bucket) run when *b* is given (else of each slot run)."""
+    n = len(slot)
+    first = np.ones(n, bool)
+    np.not_equal(slot[1:], slot[:-1], out=first[1:])
+    if b is None:
+        return first, np.flatnonzero(first)
+    cell = first.copy()
+    cell[1:] |= b[1:] != b[:-1]
+    return first, np.flatnonzero(cell)
+
+
+def previous(values: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.ndarray:
+    """Value of the previous row of the same slot: the row before, or *carried* (the
+    slot's last value from earlier ticks, aligned to the first rows) for a slot's first row."""
+    prev = np.empty_like(values)
+    prev[..., 1:] = values[..., :-1]
+    prev[..., first] = carried
+    return prev
+
+
+def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.ndarray:
+    """Increments of cumulative counters (rows on the last axis, sorted by slot then ts).
+
+    *carried* is each slot's last value from earlier ticks, aligned to its first row.
+    A counter that went down was reset (driver reload, GPU reset, reboot): the
+    increment is the new value, counted from zero — never negative. NaN (field not
+    supported, or no previous sample) stays NaN, so it never reads as "no errors".
+    """
+    delta = np.empty_like(cur)
+    np.subtract(cur[..., 1:], cur[..., :-1], out=delta[..., 1:])
+    delta[..., first] = cur[..., first] - carried
+    np.copyto(delta, cur, where=delta < 0)
+    return delta

@@ -1,0 +1,204 @@
+"""Per-GPU window state: preallocated numpy arrays indexed by GPU slot.
+
+For every GPU slot (see :mod:`pipeline.registry`) this keeps
+
+* the last sample's time and raw values (counters for the next delta, gauges such as
+  ``row_remap_pending`` and cumulative counters such as remapped rows for "since seen"
+  features);
+* a :class:`~pipeline.ring.Ring` of per-bucket sums (layout :data:`STATS`): for the
+  window gauges n, Σx, Σx², Σt, Σt², Σtx (level, spread and least-squares slope of any
+  window from sums); for every counter Σincrement and Σdt over rows where the
+  increment is known (rates from real timestamp deltas, so irregular sampling is
+  exact); throttle-bit counts; sample counts; XID counts per class.
+
+Memory per GPU is ``n_buckets × len(STATS) × 8`` bytes plus a few hundred bytes of last
+values, independent of how many ticks have been fed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collector.schema import (
+    APP_XIDS,
+    GPU_COUNTERS,
+    THROTTLE_HW_POWER_BRAKE,
+    THROTTLE_HW_SLOWDOWN,
+    THROTTLE_HW_THERMAL,
+    THROTTLE_SW_POWER_CAP,
+    THROTTLE_SW_THERMAL,
+)
+from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
+from pipeline.ring import Ring, counter_deltas, previous, runs, sort_order
+
+#: Gauges whose windows get level / spread / slope.
+WINDOW_GAUGES: tuple[str, ...] = ("temp_gpu_c", "temp_mem_c", "power_w", "sm_clock_mhz", "util_gpu")
+
+#: Throttle reason bits (name, nvmlClocksEventReasons mask).
+THROTTLE_BITS: tuple[tuple[str, int], ...] = (
+    ("sw_power_cap", THROTTLE_SW_POWER_CAP), ("hw_slowdown", THROTTLE_HW_SLOWDOWN),
+    ("sw_thermal", THROTTLE_SW_THERMAL), ("hw_thermal", THROTTLE_HW_THERMAL),
+    ("hw_power_brake", THROTTLE_HW_POWER_BRAKE))
+
+#: XID classes counted in windows. Hardware classes follow spec/telemetry.md §4.
+XID_CLASSES: tuple[tuple[str, frozenset[int]], ...] = (
+    ("app", frozenset(APP_XIDS)),
+    ("hbm", frozenset({48, 63, 64, 92, 94, 95})),
+    ("off_bus", frozenset({79})),
+    ("nvlink", frozenset({74})),
+    ("other", frozenset()),  # every other code (GSP 119/120, 61/62 firmware, 109, …)
+)
+_XID_TABLE = np.full(1024, len(XID_CLASSES) - 1, np.int8)
+for _k, (_name, _codes) in enumerate(XID_CLASSES[:-1]):
+    _XID_TABLE[list(_codes)] = _k
+
+
+def xid_class(codes: np.ndarray) -> np.ndarray:
+    """Index into :data:`XID_CLASSES` for each XID code."""
+    c = np.clip(codes, 0, len(_XID_TABLE) - 1)
+    return np.where((codes >= 0) & (codes < len(_XID_TABLE)), _XID_TABLE[c], len(XID_CLASSES) - 1)
+
+
+def _layout() -> dict[str, slice]:
+    g, k = len(WINDOW_GAUGES), len(GPU_COUNTERS)
+    sizes = [("n", g), ("sx", g), ("sxx", g), ("st", g), ("stt", g), ("stx", g),
+             ("cnt_delta", k), ("cnt_dt", k), ("thr_known", 1), ("thr_bits", len(THROTTLE_BITS)),
+             ("samples", 1), ("xid", len(XID_CLASSES))]
+    out, at = {}, 0
+    for name, size in sizes:
+        out[name] = slice(at, at + size)
+        at += size
+    return out
+
+
+#: Stat name → columns of one ring cell.
+STATS = _layout()
+N_STATS = max(s.stop for s in STATS.values())
+
+_GAUGE_IDX = np.array([GPU_COL[g] for g in WINDOW_GAUGES])
+_COUNTER_IDX = np.array([GPU_COL[c] for c in GPU_COUNTERS])
+_THR_IDX = GPU_COL["throttle_reasons"]
+_RING_IDX = np.concatenate([_GAUGE_IDX, _COUNTER_IDX, [_THR_IDX]])
+_THR_MASKS = np.array([m for _, m in THROTTLE_BITS], np.int64)
+
+
+class GpuWindowState:
+    """Window state of every GPU slot; fed one closed tick of rows at a time."""
+
+    def __init__(self, n_buckets: int, bucket_s: float, capacity: int = 1024) -> None:
+        self.bucket_s = float(bucket_s)
+        self.ring = Ring(n_buckets, capacity, N_STATS)
+        self.last_ts = np.full(capacity, np.nan)
+        self.last_seen = np.full(capacity, -np.inf)
+        self.last_vals = np.full((len(GPU_VALUE_COLUMNS), capacity), np.nan)
+        self.duplicates = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the state arrays (bounded by capacity, not by stream length)."""
+        return self.ring.nbytes + self.last_ts.nbytes + self.last_seen.nbytes + self.last_vals.nbytes
+
+    def ensure(self, capacity: int) -> None:
+        """Make room for slots ``< capacity``."""
+        if capacity <= len(self.last_ts):
+            return
+        self.ring.ensure(capacity)
+        cap = self.ring.capacity
+        self.last_ts = _pad(self.last_ts, cap, np.nan)
+        self.last_seen = _pad(self.last_seen, cap, -np.inf)
+        self.last_vals = _pad(self.last_vals, cap, np.nan)
+
+    def update(self, rows: GpuRows) -> None:
+        """Fold one tick's GPU samples (any order) into the state.
+
+        Rows are sorted by (slot, ts) here; a repeated (slot, ts) is counted in
+        :attr:`duplicates` and ignored.
+        """
+        if len(rows) == 0:
+            return
+        self.ensure(int(rows.slot.max()) + 1)
+        order = sort_order(rows.ts, rows.slot)
+        slot, ts = rows.slot[order], rows.ts[order]
+        first, _ = runs(slot)
+        dup = ~first
+        dup[1:] &= ts[1:] == ts[:-1]
+        dup[0] = False
+        dup |= ts <= self.last_ts[slot]  # already folded in (the same sample sent again)
+        if dup.any():
+            self.duplicates += int(dup.sum())
+            order, slot, ts = order[~dup], slot[~dup], ts[~dup]
+            if len(order) == 0:
+                return
+        n = len(ts)
+        # only the columns the ring needs, gathered one contiguous row at a time
+        vals = np.empty((len(_RING_IDX), n))
+        for i, j in enumerate(_RING_IDX):
+            np.take(rows.vals[j], order, out=vals[i])
+        x, cur, thr = vals[: len(_GAUGE_IDX)], vals[len(_GAUGE_IDX): -1], vals[-1]
+        b = np.floor(ts / self.bucket_s).astype(np.int64)
+        first, starts = runs(slot, b)
+        first_slots = slot[first]
+
+        sums = np.empty((len(starts), N_STATS))
+        # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
+        t = ts - b * self.bucket_s
+        ok = np.isfinite(x)
+        x0 = np.where(ok, x, 0.0)
+        okf = ok.astype(np.float64)
+        for name, w in (("n", okf), ("sx", x0), ("sxx", x0 * x0), ("st", okf * t),
+                        ("stt", okf * (t * t)), ("stx", x0 * t)):
+            sums[:, STATS[name]] = np.add.reduceat(w, starts, axis=1).T
+        # counters: increments with reset handling, and the time they cover
+        delta = counter_deltas(cur, first, self.last_vals[_COUNTER_IDX][:, first_slots])
+        dt = ts - previous(ts, first, self.last_ts[first_slots])
+        unknown = ~np.isfinite(delta)
+        unknown |= ~np.isfinite(dt)
+        delta[unknown] = 0.0
+        sums[:, STATS["cnt_delta"]] = np.add.reduceat(delta, starts, axis=1).T
+        dt = np.broadcast_to(dt, delta.shape).copy()
+        dt[unknown] = 0.0
+        sums[:, STATS["cnt_dt"]] = np.add.reduceat(dt, starts, axis=1).T
+        # throttle bits
+        thr_ok = np.isfinite(thr)
+        bits = (np.where(thr_ok, thr, 0).astype(np.int64)[None, :] & _THR_MASKS[:, None]) != 0
+        sums[:, STATS["thr_known"]] = np.add.reduceat(thr_ok.astype(np.float64), starts)[:, None]
+        sums[:, STATS["thr_bits"]] = np.add.reduceat(bits.astype(np.float64), starts, axis=1).T
+        sums[:, STATS["samples"]] = np.diff(np.append(starts, n))[:, None]
+        sums[:, STATS["xid"]] = 0.0
+        self.ring.add_cells(slot[starts], b[starts], sums)
+
+        last = np.flatnonzero(np.append(first[1:], True))
+        ls = slot[last]
+        self.last_ts[ls] = ts[last]
+        self.last_vals[:, ls] = np.take(rows.vals, order[last], axis=1)
+        self.last_seen[ls] = np.maximum(self.last_seen[ls], ts[last])
+
+    def add_xids(self, slots: np.ndarray, ts: np.ndarray, codes: np.ndarray) -> None:
+        """Count XID events of known GPUs in their buckets."""
+        if len(slots) == 0:
+            return
+        self.ensure(int(slots.max()) + 1)
+        b = np.floor(ts / self.bucket_s).astype(np.int64)
+        self.ring.add_at(slots, b, STATS["xid"].start + xid_class(codes))
+        np.maximum.at(self.last_seen, slots, ts)
+
+    def windows(self, slots: np.ndarray, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
+        """Short- and long-window sums for *slots* at *tick_end*, with Σt, Σt², Σtx
+        re-referenced to the window end (t ≤ 0) so the slope can be read off the sums."""
+        b_end = int(round(tick_end / self.bucket_s))
+        n, sx, st, stt, stx = (STATS[k] for k in ("n", "sx", "st", "stt", "stx"))
+
+        def shift(cells: np.ndarray, valid: np.ndarray, o: float) -> None:
+            if o == 0.0:
+                return
+            cells[:, stx] += o * cells[:, sx]
+            cells[:, stt] += 2.0 * o * cells[:, st] + (o * o) * cells[:, n]
+            cells[:, st] += o * cells[:, n]
+
+        return self.ring.window(slots, b_end, n_short, self.bucket_s, shift)
+
+
+def _pad(a: np.ndarray, cap: int, fill: float) -> np.ndarray:
+    out = np.full(a.shape[:-1] + (cap,), fill, a.dtype)
+    out[..., : a.shape[-1]] = a
+    return out

@@ -1,0 +1,163 @@
+"""The feature pipeline driver: ingest columns, close ticks in telemetry time, emit features.
+
+One code path serves live and replay. Whatever feeds it — the bus worker
+(:mod:`pipeline.worker`) with decoded Kafka messages, or replay with recording
+windows — calls :meth:`FeaturePipeline.ingest` with column batches in any order and
+size, then :meth:`FeaturePipeline.advance` with a watermark: every tick
+``[k·cadence, (k+1)·cadence)`` whose end the watermark has passed is folded into window
+state *as one batch* and scored. Because a tick is processed whole and rows are put in
+canonical order, the features do not depend on how the rows were split or ordered on
+the way in: live and replay give identical matrices.
+
+Rows older than the last closed tick arrive too late to change features; they are
+counted in :attr:`FeaturePipeline.counts` (``late_rows``), never silently lost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from pipeline.batch import FeatureBatch
+from pipeline.columns import GpuRows, NetRows, XidRows
+from pipeline.features import compute_features
+from pipeline.frames import gpu_rows_from_frame, net_rows_from_frame, xid_rows_from_frame
+from pipeline.ports import NodeXidState, PortWindowState
+from pipeline.registry import Keys
+from pipeline.settings import PipelineSettings
+from pipeline.state import GpuWindowState
+
+
+@dataclass
+class PipelineCounts:
+    """What the pipeline did with its input (exported as metrics by the service)."""
+
+    gpu_rows: int = 0
+    net_rows: int = 0
+    xid_rows: int = 0
+    late_rows: int = 0
+    rejected_rows: int = 0
+    ticks: int = 0
+
+
+class FeaturePipeline:
+    """Streaming per-GPU features on a telemetry-time scoring cadence (live and replay)."""
+
+    def __init__(self, settings: PipelineSettings | None = None) -> None:
+        self.settings = s = settings or PipelineSettings()
+        self.keys = Keys(s.expected_nodes, s.expected_gpus, s.expected_ports)
+        self.gpu_state = GpuWindowState(s.n_buckets, s.bucket_s, s.expected_gpus)
+        self.port_state = PortWindowState(s.n_buckets, s.bucket_s, s.expected_ports)
+        self.node_xids = NodeXidState(s.n_buckets, s.bucket_s, s.expected_nodes)
+        self.counts = PipelineCounts()
+        self.closed_until = -math.inf  # end of the last tick folded into state
+        self._gpu: list[GpuRows] = []
+        self._net: list[NetRows] = []
+        self._xid: list[XidRows] = []
+        self._pending_min_ts = math.inf
+
+    # ------------------------------------------------------------------ input
+
+    def ingest(self, gpu: GpuRows | None = None, net: NetRows | None = None, xids: XidRows | None = None) -> None:
+        """Queue rows of any ticks, in any order; nothing is computed until :meth:`advance`."""
+        for rows, pending, counter in ((gpu, self._gpu, "gpu_rows"), (net, self._net, "net_rows"),
+                                       (xids, self._xid, "xid_rows")):
+            if rows is None or len(rows) == 0:
+                continue
+            late = rows.ts < self.closed_until
+            if late.any():
+                self.counts.late_rows += int(late.sum())
+                rows = rows.take(np.flatnonzero(~late))
+                if len(rows) == 0:
+                    continue
+            setattr(self.counts, counter, getattr(self.counts, counter) + len(rows))
+            pending.append(rows)
+            self._pending_min_ts = min(self._pending_min_ts, float(rows.ts.min()))
+
+    def ingest_frames(self, gpu: Any = None, net: Any = None, events: Any = None) -> None:
+        """Queue recording DataFrames (columns per collector.schema; see :mod:`pipeline.frames`)."""
+        mg = self.settings.max_gpus_per_node
+        rows, bad = gpu_rows_from_frame(gpu, self.keys, mg)
+        self.counts.rejected_rows += bad
+        self.ingest(rows, net_rows_from_frame(net, self.keys), xid_rows_from_frame(events, self.keys, mg))
+
+    def replay_window(self, window: Any) -> list[FeatureBatch]:
+        """Ingest one :class:`collector.recording.RecordingWindow` and close the ticks it completes."""
+        rejected = getattr(window, "rejected", None)
+        self.counts.rejected_rows += 0 if rejected is None else len(rejected)
+        self.ingest_frames(window.gpu, window.net, window.events)
+        return self.advance(window.end)
+
+    def replay(self, windows: Iterable[Any]) -> Iterator[FeatureBatch]:
+        """Every :class:`FeatureBatch` of a recording, from ``Recording.iter_windows(...)``."""
+        for w in windows:
+            yield from self.replay_window(w)
+        yield from self.flush()
+
+    # ------------------------------------------------------------------ ticks
+
+    def advance(self, watermark: float) -> list[FeatureBatch]:
+        """Close every tick with pending rows that ends at or before *watermark* (telemetry s)."""
+        cad = self.settings.cadence_s
+        last_k = math.floor(watermark / cad + 1e-9) - 1  # last tick whose end <= watermark
+        if not math.isfinite(self._pending_min_ts) or math.floor(self._pending_min_ts / cad) > last_k:
+            return []
+        gpu = GpuRows.concat(self._gpu) if self._gpu else GpuRows.empty()
+        net = NetRows.concat(self._net) if self._net else NetRows.empty()
+        xid = XidRows.concat(self._xid) if self._xid else XidRows.empty()
+        tk = [np.floor(r.ts / cad).astype(np.int64) for r in (gpu, net, xid)]
+        due = np.unique(np.concatenate([t[t <= last_k] for t in tk]))
+        out = []
+        for k in due.tolist():
+            out.append(self._close_tick(k, *(_rows_of_tick(r, t, k) for r, t in zip((gpu, net, xid), tk))))
+        rest = [np.flatnonzero(t > last_k) for t in tk]
+        self._gpu, self._net, self._xid = ([] if len(i) == 0 else [r] if len(i) == len(r) else [r.take(i)]
+                                           for r, i in zip((gpu, net, xid), rest))
+        self._pending_min_ts = min((float(r.ts.min()) for r in (*self._gpu, *self._net, *self._xid)),
+                                   default=math.inf)
+        return out
+
+    def flush(self) -> list[FeatureBatch]:
+        """Close every tick that has pending rows (end of a replay, or shutdown)."""
+        if not math.isfinite(self._pending_min_ts):
+            return []
+        newest = max(float(r.ts.max()) for r in (*self._gpu, *self._net, *self._xid))
+        cad = self.settings.cadence_s
+        return self.advance((math.floor(newest / cad) + 1) * cad)
+
+    def _close_tick(self, k: int, gpu: GpuRows, net: NetRows, xid: XidRows) -> FeatureBatch:
+        s = self.settings
+        tick_end = (k + 1) * s.cadence_s
+        self.gpu_state.update(gpu)
+        self.port_state.update(net)
+        if len(xid):
+            on_gpu = xid.gpu >= 0
+            slots = self.keys.gpus.slots_of(xid.node[on_gpu], xid.gpu[on_gpu])
+            self.gpu_state.add_xids(slots, xid.ts[on_gpu], xid.code[on_gpu])
+            self.node_xids.add(xid.node[~on_gpu], xid.ts[~on_gpu], xid.code[~on_gpu])
+        self.gpu_state.ensure(self.keys.gpus.n)
+        self.closed_until = tick_end
+        self.counts.ticks += 1
+        order = self.keys.gpus.canonical_order()
+        slots = order[self.gpu_state.last_seen[order] >= tick_end - s.retain_silent_s]
+        x = compute_features(self.gpu_state, self.port_state, self.node_xids, self.keys.gpus, self.keys.ports,
+                             slots, tick_end, s.n_short_buckets)
+        gpus = self.keys.gpus
+        return FeatureBatch(tick_end, self.keys.node_names()[gpus.slot_node[slots]], gpus.slot_gpu[slots].copy(), x)
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of window state (bounded by the number of GPUs and ports, not by time)."""
+        return self.gpu_state.nbytes + self.port_state.nbytes + self.node_xids.nbytes
+
+
+def _rows_of_tick(rows: Any, tick: np.ndarray, k: int) -> Any:
+    """The rows of tick *k* (without a copy when they all are: the usual replay case)."""
+    if len(rows) and tick[0] == k and tick[-1] == k and (tick == k).all():
+        return rows
+    return rows.take(np.flatnonzero(tick == k))

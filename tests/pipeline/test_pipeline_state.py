@@ -1,0 +1,139 @@
+"""Window state and features: counters, NaN, irregular time, ordering, memory, peers, events."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pipeline.settings import PipelineSettings
+from pipeline.stream import FeaturePipeline
+from tests.pipeline.synth import T0, Fleet, events_frame, gpu_frame, net_frame
+
+SETTINGS = PipelineSettings(cadence_s=60, bucket_s=60, short_window_s=60, long_window_s=600)
+
+
+def one_gpu(ts: list[float], **cols: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"ts": [T0 + t for t in ts], "node": "gpu-node-000", "gpu": 0, **cols})
+
+
+def run(df: pd.DataFrame, net: pd.DataFrame | None = None, events: pd.DataFrame | None = None,
+        settings: PipelineSettings = SETTINGS) -> dict[float, pd.DataFrame]:
+    pipe = FeaturePipeline(settings)
+    pipe.ingest_frames(df, net, events)
+    return {b.ts: b.to_frame() for b in pipe.flush()}
+
+
+def test_counter_reset_gives_no_negative_rate() -> None:
+    # 100 → 160 → reset (driver reload) → 5 → 25: increments 60, 5, 20 over 30 s
+    out = run(one_gpu([0, 10, 20, 30], pcie_replay=[100.0, 160.0, 5.0, 25.0]))
+    rate = out[T0 + 60]["pcie_replay_per_min_short"].iloc[0]
+    assert rate >= 0
+    assert rate == (60 + 5 + 20) / 30 * 60
+
+
+def test_unsupported_counter_stays_nan_and_never_reads_as_zero() -> None:
+    out = run(one_gpu([0, 10, 20], ecc_sbe_vol=[np.nan] * 3, ecc_sbe_agg=[np.nan] * 3, pcie_replay=[0.0, 0.0, 0.0]))
+    f = out[T0 + 60].iloc[0]
+    assert np.isnan(f["ecc_sbe_per_h_short"]) and np.isnan(f["ecc_sbe_per_h_long"])
+    assert np.isnan(f["temp_gpu_c_mean_short"])  # the column is absent from the input
+    assert f["pcie_replay_per_min_short"] == 0.0  # supported and quiet is a real zero
+
+
+def test_rates_are_exact_for_irregular_intervals() -> None:
+    # gaps of 1, 9, 2 and 18 s with 1, 9, 2, 18 SBEs: exactly 1 per second whatever the spacing
+    ts = [0, 1, 10, 12, 30]
+    out = run(one_gpu(ts, ecc_sbe_vol=[0.0, 1.0, 10.0, 12.0, 30.0],
+                      thermal_violation_us=[0.0, 0.5e6, 5e6, 6e6, 15e6]))
+    f = out[T0 + 60].iloc[0]
+    assert f["ecc_sbe_per_h_short"] == 3600.0
+    assert np.isclose(f["thermal_violation_frac_short"], 0.5)
+
+
+def test_slope_reads_a_linear_trend_in_units_per_minute() -> None:
+    ts = np.arange(0, 600, 7.0)
+    out = run(one_gpu(list(ts), temp_gpu_c=list(50 + 0.05 * ts)))  # 3 degC per minute
+    f = out[T0 + 600].iloc[0]
+    assert np.isclose(f["temp_gpu_c_slope_long"], 3.0, rtol=1e-6)
+    assert np.isclose(f["temp_gpu_c_slope_short"], 3.0, rtol=1e-6)
+
+
+def test_unsorted_input_in_any_split_gives_the_same_features_as_sorted() -> None:
+    fleet = Fleet(nodes=3, gpus=4, samples=40, interval_s=5.0, jitter_s=2.0)
+    g, n = gpu_frame(fleet), net_frame(fleet)
+    e = events_frame(fleet, [(30, 0, 1, 79), (31, 1, None, 48), (90, 2, 3, 13)])
+    want = run(g, n, e)
+    rng = np.random.default_rng(7)
+    shuffled = g.sample(frac=1.0, random_state=3)
+    pipe = FeaturePipeline(SETTINGS)
+    for part in np.array_split(np.arange(len(shuffled)), 9):  # ragged chunks, rows out of order
+        pipe.ingest_frames(shuffled.iloc[part])
+    pipe.ingest_frames(None, n.sample(frac=1.0, random_state=int(rng.integers(100))), e[::-1])
+    got = {b.ts: b.to_frame() for b in pipe.flush()}
+    assert got.keys() == want.keys()
+    for ts in want:
+        pd.testing.assert_frame_equal(got[ts], want[ts], check_exact=True)
+
+
+def test_state_size_does_not_grow_with_the_number_of_ticks_fed() -> None:
+    pipe = FeaturePipeline(SETTINGS)
+    sizes = []
+    for hour in range(3):
+        fleet = Fleet(nodes=4, gpus=8, samples=360, interval_s=10.0, t0=T0 + 3600 * hour, seed=hour)
+        pipe.ingest_frames(gpu_frame(fleet), net_frame(fleet))
+        assert len(pipe.advance(fleet.t0 + 3600)) == 60
+        sizes.append(pipe.state_bytes)
+    assert sizes[0] == sizes[1] == sizes[2]
+    assert pipe.counts.ticks == 180
+
+
+def test_one_slow_gpu_among_eight_stands_out_against_its_peers() -> None:
+    fleet = Fleet(nodes=4, gpus=8, samples=12, interval_s=5.0)
+    g = gpu_frame(fleet)
+    slow = (g.node == "gpu-node-002") & (g.gpu == 5)
+    g.loc[slow, "sm_clock_mhz"] = 1400.0
+    g.loc[slow, "util_gpu"] -= 30
+    f = run(g)[T0 + 60]
+    deficit = f.set_index(["node", "gpu"])["sm_clock_deficit_vs_peers"]
+    assert deficit.idxmax() == ("gpu-node-002", 5)
+    assert deficit.max() > 0.25
+    assert deficit.drop(("gpu-node-002", 5)).abs().max() < 0.02
+    pipe = FeaturePipeline(SETTINGS)
+    pipe.ingest_frames(g)
+    by_node = pipe.flush()[0].by_node()  # the node view keeps the worst GPU's value
+    col = by_node.column("sm_clock_deficit_vs_peers")
+    assert len(by_node) == 4
+    assert by_node.node[np.argmax(col)] == "gpu-node-002" and col.max() == deficit.max()
+
+
+def test_xids_are_counted_by_class_and_unresolved_ones_reach_every_gpu_of_the_node() -> None:
+    fleet = Fleet(nodes=2, gpus=4, samples=12, interval_s=10.0)
+    e = events_frame(fleet, [(5, 0, 1, 13), (6, 0, 1, 43), (7, 0, 2, 79), (8, 1, None, 48)])
+    f = run(gpu_frame(fleet), events=e)[T0 + 60].set_index(["node", "gpu"])
+    assert f.loc[("gpu-node-000", 1), "xid_app_count_short"] == 2
+    assert f.loc[("gpu-node-000", 1), "xid_off_bus_count_short"] == 0
+    assert f.loc[("gpu-node-000", 2), "xid_off_bus_count_short"] == 1
+    assert (f.loc["gpu-node-001", "xid_hbm_count_short"] == 1).all()
+    assert f.loc["gpu-node-000", "xid_hbm_count_short"].sum() == 0
+
+
+def test_a_gpu_that_goes_silent_is_still_scored_with_a_growing_sample_age() -> None:
+    fleet = Fleet(nodes=1, gpus=4, samples=30, interval_s=10.0)
+    g = gpu_frame(fleet)
+    g = g[~((g.gpu == 3) & (g.ts >= T0 + 100))]
+    out = run(g)
+    last = out[T0 + 300].set_index("gpu")
+    assert last.loc[3, "sample_age_s"] == 210.0 and last.loc[0, "sample_age_s"] == 10.0
+    assert np.isnan(last.loc[3, "temp_gpu_c_mean_short"])
+
+
+def test_port_counters_and_link_state_aggregate_per_node() -> None:
+    fleet = Fleet(nodes=2, gpus=2, ports=2, samples=7, interval_s=10.0)
+    n = net_frame(fleet)
+    n["port_xmit_wait"] = (n.ts - T0) * 1000.0  # congestion: grows, but is its own feature
+    n["symbol_error"] = 0.0
+    f = run(gpu_frame(fleet), n)[T0 + 60].set_index(["node", "gpu"])
+    assert np.isclose(f.loc[("gpu-node-000", 0), "net_port_xmit_wait_per_min_short"], 2 * 60_000)
+    assert f.loc[("gpu-node-000", 0), "net_symbol_error_per_min_short"] == 0
+    assert f.loc[("gpu-node-000", 0), "net_ports_not_active_frac_short"] == 3 / 12
+    assert f.loc[("gpu-node-001", 1), "net_ports_not_active_frac_short"] == 0
+    assert (f["net_ports"] == 2).all()
