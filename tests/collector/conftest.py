@@ -1,36 +1,25 @@
-"""Fixtures for the collector tests: the shared real captures, fake NVML, a private Kafka broker.
+"""Fixtures for the collector tests: captured sysfs roots, a fake clock, a private Kafka broker.
 
-Names are prefixed ``collector_`` so they never clash with the project-wide fixtures of
-``tests/conftest.py``.
+The project-wide fixtures (``shared_fixtures``, ``kafka_bootstrap``, ``kafka_topic``) come
+from ``tests/conftest.py``; these add what only the collector needs.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _missing(what: str) -> None:
-    """Skip locally, fail in CI (shared/DESIGN.md, "Test services")."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{what} (required in CI)")
-    pytest.skip(what)
+from fakes import FakeClock
 
 
 @pytest.fixture(scope="session")
-def collector_fixtures() -> Path:
-    """Path to ../shared/fixtures (override with GPUOPS_SHARED_FIXTURES)."""
-    root = Path(os.environ.get("GPUOPS_SHARED_FIXTURES", REPO.parent / "shared" / "fixtures"))
-    if not root.is_dir():
-        _missing(f"shared fixtures not found at {root}; set GPUOPS_SHARED_FIXTURES")
-    return root
-
-
-@pytest.fixture(scope="session")
-def h100_sysfs(collector_fixtures: Path) -> Path:
+def h100_sysfs(shared_fixtures: Path) -> Path:
     """The captured /sys of a real H100 node (nine HCAs, RoCE hw_counters)."""
-    return collector_fixtures / "infiniband" / "sysfs" / "gpud_h100_node" / "sys"
+    return shared_fixtures / "infiniband" / "sysfs" / "gpud_h100_node" / "sys"
+
+
+@pytest.fixture()
+def fake_clock() -> FakeClock:
+    """A hand-stepped clock."""
+    return FakeClock()

@@ -27,8 +27,8 @@ def _gpu0_values(text: str) -> dict[str, float]:
             for line in text.splitlines() if line.startswith("DCGM_FI_") and '{gpu="0"' in line}
 
 
-def test_real_scrape_maps_every_exported_field_to_its_column(collector_fixtures: Path) -> None:
-    path = _scrape(collector_fixtures)
+def test_real_scrape_maps_every_exported_field_to_its_column(shared_fixtures: Path) -> None:
+    path = _scrape(shared_fixtures)
     rows = DcgmSource("gpu-node-001", str(path)).sample(1767225600.0).gpu
     assert len(rows) == 1
     row = rows[0]
@@ -42,8 +42,8 @@ def test_real_scrape_maps_every_exported_field_to_its_column(collector_fixtures:
     assert (row["power_w"], row["fb_free_mib"], row["sm_clock_mhz"], row["xid_last"]) == (8.969, 15109, 300, 0)
 
 
-def test_series_without_a_gpu_label_and_unexported_fields_stay_null(collector_fixtures: Path) -> None:
-    row = DcgmSource("n", str(_scrape(collector_fixtures))).sample(0.0).gpu[0]
+def test_series_without_a_gpu_label_and_unexported_fields_stay_null(shared_fixtures: Path) -> None:
+    row = DcgmSource("n", str(_scrape(shared_fixtures))).sample(0.0).gpu[0]
     # the fixture's dummy DCGM_FI_DEV_MEMORY_TEMP has no labels at all: not a GPU's value
     assert row["temp_mem_c"] is None and row["remapped_rows_uncorr"] is None
     assert row["ecc_dbe_vol"] is None and row["nvlink_crc_flit_err"] is None
@@ -83,9 +83,9 @@ def test_exposition_parser_reads_escaped_labels_and_skips_comments() -> None:
 
 
 @pytest.fixture()
-def exporter(collector_fixtures: Path) -> Iterator[str]:
+def exporter(shared_fixtures: Path) -> Iterator[str]:
     """A real HTTP server on 127.0.0.1 serving the captured scrape at /metrics."""
-    body = _scrape(collector_fixtures).read_bytes()
+    body = _scrape(shared_fixtures).read_bytes()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server API
@@ -109,9 +109,9 @@ def exporter(collector_fixtures: Path) -> Iterator[str]:
         server.server_close()
 
 
-def test_scraping_a_live_endpoint_gives_the_same_row_as_the_file(exporter: str, collector_fixtures: Path) -> None:
+def test_scraping_a_live_endpoint_gives_the_same_row_as_the_file(exporter: str, shared_fixtures: Path) -> None:
     live = DcgmSource("n", exporter + "/metrics").sample(1.0).gpu
-    saved = DcgmSource("n", str(_scrape(collector_fixtures))).sample(1.0).gpu
+    saved = DcgmSource("n", str(_scrape(shared_fixtures))).sample(1.0).gpu
     assert live == saved and len(live) == 1
 
 

@@ -43,8 +43,8 @@ def test_h100_counters_equal_the_files_and_hw_counters_become_extra_columns(h100
         assert rows[("mlx5_0", 1)][name] == int((port_dir / "hw_counters" / name).read_text())
 
 
-def test_node_exporter_tree_gives_missing_counters_as_null(collector_fixtures: Path) -> None:
-    root = collector_fixtures / "infiniband/sysfs/node_exporter_fixture/sys"
+def test_node_exporter_tree_gives_missing_counters_as_null(shared_fixtures: Path) -> None:
+    root = shared_fixtures / "infiniband/sysfs/node_exporter_fixture/sys"
     rows = _by_device(InfinibandSource(node="n", sysfs_root=root).sample(0.0).net)
     assert set(rows) == {("i40iw0", 1), ("mlx4_0", 1), ("mlx4_0", 2)}
     mlx4 = rows[("mlx4_0", 1)]
@@ -54,8 +54,8 @@ def test_node_exporter_tree_gives_missing_counters_as_null(collector_fixtures: P
     assert all(validate_record(r, RecordType.NET) is None for r in rows.values())
 
 
-def test_procfs_tree_reads_three_vendors_and_roce_counters(collector_fixtures: Path) -> None:
-    root = collector_fixtures / "infiniband/sysfs/procfs_fixture/fixtures/sys"
+def test_procfs_tree_reads_three_vendors_and_roce_counters(shared_fixtures: Path) -> None:
+    root = shared_fixtures / "infiniband/sysfs/procfs_fixture/fixtures/sys"
     rows = _by_device(InfinibandSource(node="n", sysfs_root=root).sample(0.0).net)
     assert {d for d, _ in rows} == {"hfi1_0", "mlx4_0", "mlx5_0"}
     assert rows[("hfi1_0", 1)]["rate_gbps"] == 100.0 and rows[("mlx5_0", 1)]["rate_gbps"] == 25.0

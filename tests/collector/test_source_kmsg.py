@@ -27,8 +27,8 @@ def _real_lines(root: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
-def test_all_458_real_lines_give_their_kind_code_and_pci_id(collector_fixtures: Path) -> None:
-    rows = _real_lines(collector_fixtures)
+def test_all_458_real_lines_give_their_kind_code_and_pci_id(shared_fixtures: Path) -> None:
+    rows = _real_lines(shared_fixtures)
     assert len(rows) == 458
     src_kinds = set()
     for row in rows:
@@ -40,12 +40,12 @@ def test_all_458_real_lines_give_their_kind_code_and_pci_id(collector_fixtures: 
     assert src_kinds == {"xid", "sxid"}
 
 
-def test_every_real_line_becomes_a_valid_event_with_the_raw_line_unchanged(collector_fixtures: Path,
+def test_every_real_line_becomes_a_valid_event_with_the_raw_line_unchanged(shared_fixtures: Path,
                                                                           tmp_path: Path) -> None:
     log = tmp_path / "empty.log"
     log.write_text("")
     src = KmsgSource("gpu-node-001", log, gpu_index_by_pci={"0000:19:00": 2})
-    for row in _real_lines(collector_fixtures):
+    for row in _real_lines(shared_fixtures):
         ev = src.event(row["raw_line"], now=1767225600.0)
         assert validate_record(ev, RecordType.EVENT) is None
         assert ev["message"] == row["raw_line"] and ev["source"] == "kmsg"
@@ -61,14 +61,14 @@ def _whole_file(path: Path, **kw) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", ["kmsg.1.log", "dmesg.decode.iso.log.1"])
-def test_xid_free_real_logs_give_no_event(collector_fixtures: Path, name: str) -> None:
-    path = collector_fixtures / "xid" / "gpud" / name
+def test_xid_free_real_logs_give_no_event(shared_fixtures: Path, name: str) -> None:
+    path = shared_fixtures / "xid" / "gpud" / name
     assert len(path.read_text().splitlines()) > 40
     assert _whole_file(path) == []
 
 
-def test_real_log_with_an_hbm_failure_gives_the_48_63_94_chain_in_order(collector_fixtures: Path) -> None:
-    events = _whole_file(collector_fixtures / "xid/gpud/dmesg.0.log", gpu_index_by_pci={"0000:19:00.0": 5})
+def test_real_log_with_an_hbm_failure_gives_the_48_63_94_chain_in_order(shared_fixtures: Path) -> None:
+    events = _whole_file(shared_fixtures / "xid/gpud/dmesg.0.log", gpu_index_by_pci={"0000:19:00.0": 5})
     assert [e["code"] for e in events] == [48, 63] + [94] * 9
     assert {e["gpu"] for e in events} == {5} and {e["pci_bus_id"] for e in events} == {"0000:19:00"}
     first = datetime(2024, 11, 15, 12, 2, 3, 470068, tzinfo=timezone.utc).timestamp()
@@ -76,8 +76,8 @@ def test_real_log_with_an_hbm_failure_gives_the_48_63_94_chain_in_order(collecto
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
 
 
-def test_decoded_dmesg_log_gives_one_event_per_xid_line(collector_fixtures: Path) -> None:
-    path = collector_fixtures / "xid/gpud/dmesg.decode.iso.log.0"
+def test_decoded_dmesg_log_gives_one_event_per_xid_line(shared_fixtures: Path) -> None:
+    path = shared_fixtures / "xid/gpud/dmesg.decode.iso.log.0"
     want = [ln for ln in path.read_text().splitlines() if "NVRM: Xid" in ln]
     events = _whole_file(path)
     assert [e["message"] for e in events] == want

@@ -167,8 +167,8 @@ def _linux_captures(root: Path) -> list[Path]:
     return sorted((root / "nvidia_smi" / "nvidia_gpu_exporter").glob("linux-*.txt"))
 
 
-def test_nvidia_smi_units_match_the_contract_units(collector_fixtures: Path) -> None:
-    captures = _linux_captures(collector_fixtures)
+def test_nvidia_smi_units_match_the_contract_units(shared_fixtures: Path) -> None:
+    captures = _linux_captures(shared_fixtures)
     assert any("h100" in c.name for c in captures) and any("h200" in c.name for c in captures)
     for capture in captures:
         units, _ = _query_gpu_rows(capture)
@@ -178,8 +178,8 @@ def test_nvidia_smi_units_match_the_contract_units(collector_fixtures: Path) -> 
 
 
 @pytest.mark.parametrize("model", ["h100-80gb-hbm3", "h200", "h100-mig", "h200-mig", "l40s", "geforce-rtx-4080-super"])
-def test_nvml_source_on_a_captured_gpu_agrees_with_nvidia_smi(collector_fixtures: Path, model: str) -> None:
-    capture = next(c for c in _linux_captures(collector_fixtures) if f"nvidia-{model}__" in c.name)
+def test_nvml_source_on_a_captured_gpu_agrees_with_nvidia_smi(shared_fixtures: Path, model: str) -> None:
+    capture = next(c for c in _linux_captures(shared_fixtures) if f"nvidia-{model}__" in c.name)
     _, rows = _query_gpu_rows(capture)
     smi = {SMI_FIELDS[k][0]: _value(v) for k, v in rows[0].items() if k in SMI_FIELDS}
     refuse = {fn for k, (col, fn) in SMI_FIELDS.items() if fn and smi[col] is None}

@@ -1,0 +1,115 @@
+"""``gpuops agent``: the node agent (sources → buffer → Kafka or stdout), composed here.
+
+``gpuops agent --once --sink stdout`` prints one JSON object per record (``type`` =
+``gpu`` | ``net`` | ``event``) and exits; without ``--once`` it samples every
+``--interval`` seconds until SIGTERM / SIGINT, then publishes its backlog (bounded) and
+exits. Flags override ``GPUOPS_AGENT_*`` environment variables (``AgentSettings``).
+A source or sink that cannot start is a clear error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+log = logging.getLogger("gpuops.agent")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``agent`` command to the CLI."""
+    app.command("agent")(agent)
+
+
+def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any = None) -> Any:
+    """Build sources, sink and :class:`~collector.agent.Agent` from *settings*.
+
+    NVML is built first when selected, so the kernel-log source resolves XID PCI ids to
+    the same GPU indexes NVML uses. Raises ``PermanentSourceError`` / ``SinkConfigError``.
+    """
+    from collector.agent import Agent
+    from collector.sinks.base import sink_class
+    from collector.sources.base import SourceOptions, build_sources, source_class
+
+    names = settings.source_names
+    for name in names:
+        source_class(name)  # an unknown name fails before anything is opened
+    options = SourceOptions(node=settings.node, sysfs_root=settings.sysfs_root, kmsg_path=settings.kmsg_file,
+                            dcgm_url=settings.dcgm_url, dcgm_timeout_s=settings.dcgm_timeout_s, once=once,
+                            kmsg_from_start=settings.kmsg_from_start)
+    sources: list[Any] = []
+    try:
+        if "nvml" in names:
+            from collector.sources.nvml import NvmlSource
+            nv = NvmlSource(settings.node, nvml=nvml)
+            sources.append(nv)
+            options = dataclasses.replace(options, gpu_index_by_pci=nv.gpu_index_by_pci())
+        rest = build_sources([n for n in names if n != "nvml"], options)
+        by_name = {s.name: s for s in sources + rest}
+        sources = [by_name[n] for n in names]
+        if sink is None:
+            sink = sink_class(settings.sink).from_settings(settings)
+    except BaseException:
+        for s in sources:
+            s.close()
+        raise
+    return Agent(settings, sources, sink)
+
+
+def agent(
+    once: bool = typer.Option(False, "--once", help="Sample once, publish, exit (with --kmsg-file: the whole file)."),
+    sink: Optional[str] = typer.Option(None, "--sink", help="kafka | stdout (stdout: one JSON record per line)."),
+    sources: Optional[str] = typer.Option(None, "--sources", help="Comma-separated: nvml,infiniband,kmsg,dcgm."),
+    sysfs_root: Optional[Path] = typer.Option(None, "--sysfs-root", help="sysfs root (default /sys)."),
+    kmsg_file: Optional[Path] = typer.Option(None, "--kmsg-file", help="Kernel log file instead of /dev/kmsg."),
+    dcgm_url: Optional[str] = typer.Option(None, "--dcgm-url", help="dcgm-exporter /metrics URL or a scrape file."),
+    node: Optional[str] = typer.Option(None, "--node", help="Node name (default: short host name)."),
+    interval: Optional[float] = typer.Option(None, "--interval", min=0.01, help="Seconds between samples."),
+    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka bootstrap host:port[,…]."),
+    health_file: Optional[str] = typer.Option(None, "--health-file", help="Health JSON path ('' disables)."),
+) -> None:
+    """Run the node agent: sample GPUs, HCAs, kernel log and dcgm-exporter; publish to Kafka."""
+    from pydantic import ValidationError
+
+    from collector.agent_settings import AgentSettings
+    from collector.sinks.base import SinkError
+    from collector.sources.base import SourceError
+
+    overrides = {k: v for k, v in dict(sink=sink, sources=sources, sysfs_root=sysfs_root, kmsg_file=kmsg_file,
+                                       dcgm_url=dcgm_url, node=node, interval_s=interval, bootstrap=bootstrap,
+                                       health_file=health_file).items() if v is not None}
+    if once and health_file is None:
+        overrides["health_file"] = None  # a one-shot debugging run leaves no files behind
+    try:
+        settings = AgentSettings(**overrides)
+        the_agent = compose_agent(settings, once=once)
+    except (ValidationError, SourceError, SinkError) as e:
+        typer.echo(f"gpuops agent: cannot start: {e}", err=True)
+        raise typer.Exit(2) from None
+    if once:
+        ok = the_agent.run_once()
+        if not ok:
+            typer.echo(f"gpuops agent: {len(the_agent.buffer)} messages not published "
+                       f"({the_agent.last_publish_error})", err=True)
+        errors = the_agent.health()["source_errors"]
+        if errors:
+            typer.echo(f"gpuops agent: sources failed: {errors}", err=True)
+        raise typer.Exit(0 if ok and not errors else 1)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("received %s; flushing and stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    log.info("agent on %s: sources %s, sink %s, every %.1f s", settings.node, ",".join(settings.source_names),
+             settings.sink, settings.interval_s)
+    the_agent.run(stop)
+    sys.stdout.flush()

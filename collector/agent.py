@@ -1,0 +1,298 @@
+"""The node agent: sample sources every interval, buffer, publish to a sink, report health.
+
+One :class:`Agent` per GPU node. Each tick it asks every source for a sample, builds
+ONE telemetry message for the node (all its GPU and port rows, ``collector.wire``) plus
+one message per event, and appends them to a bounded :class:`OutboundBuffer`. A
+publisher thread drains the buffer into the sink in order; when the sink is down it
+waits with exponential backoff (jittered, seeded) and the buffer absorbs the outage,
+dropping (and counting) by its policy when full. On shutdown it publishes the backlog
+for at most ``shutdown_flush_timeout_s``.
+
+Loops (:meth:`Agent.run`): the sampler runs in the caller's thread, each entry of
+``Agent.loops`` in its own thread, all stopped by one ``threading.Event``. A later
+command consumer (GPU reset through a command topic) is one more entry there.
+
+A source failing at run time is logged (first time, on change, then every 60th time),
+counted in ``health()["source_errors"]``, and the other sources still publish. Time
+comes from an injected :class:`Clock`; tests call :meth:`tick` and
+:meth:`publish_pending` directly and need no threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from collector.agent_settings import AgentSettings
+from collector.sinks.base import OutboundMessage, Sink, SinkRejected, SinkUnavailable
+from collector.sinks.buffer import OutboundBuffer
+from collector.sources.base import Source, SourceBatch, SourceError
+from collector.wire import TelemetryMessage, encode_event, encode_telemetry, rows_to_columns
+
+log = logging.getLogger(__name__)
+
+
+class Clock(Protocol):
+    """Wall time for timestamps, monotonic time for scheduling."""
+
+    def time(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class Backoff:
+    """Exponential backoff with ±``jitter`` (fraction), seeded so tests are reproducible."""
+
+    def __init__(self, initial_s: float, max_s: float, jitter: float = 0.2, seed: int | None = None) -> None:
+        self.initial_s, self.max_s, self.jitter = initial_s, max_s, jitter
+        self._rng = random.Random(seed)
+        self.failures = 0
+
+    def next_delay(self) -> float:
+        """Delay before the next attempt after one more failure."""
+        base = min(self.max_s, self.initial_s * (2 ** self.failures))
+        self.failures += 1
+        return base * (1 + self.jitter * (2 * self._rng.random() - 1))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class Agent:
+    """Samples *sources* each ``settings.interval_s`` and publishes through *sink*."""
+
+    def __init__(self, settings: AgentSettings, sources: Sequence[Source], sink: Sink,
+                 clock: Clock | None = None, seed: int | None = None) -> None:
+        self.settings = settings
+        self.node = settings.node
+        self.sources = list(sources)
+        self.sink = sink
+        self.clock = clock or SystemClock()
+        self.buffer = OutboundBuffer(settings.buffer_max_messages, settings.buffer_max_bytes,
+                                     settings.buffer_policy)
+        self.backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, seed=seed)
+        self._retry_at = 0.0  # monotonic time before which the publisher does not try
+        self._lock = threading.Lock()
+        self._key = self.node.encode()
+        self.ticks = 0
+        self.published = 0
+        self.rejected = 0
+        self.last_publish_ok_ts: float | None = None
+        self.last_publish_error: str | None = None
+        self.source_errors: Counter[str] = Counter()
+        self._last_source_error: dict[str, str] = {}
+        #: Background loops run by :meth:`run` beside the sampler, each ``f(stop)``.
+        self.loops: list[Callable[[threading.Event], None]] = [self._publish_loop]
+
+    # ------------------------------------------------------------------ sampling
+
+    def tick(self) -> int:
+        """Sample every source once and enqueue this tick's messages; return how many."""
+        now = self.clock.time()
+        batch = SourceBatch()
+        for src in self.sources:
+            try:
+                batch.extend(src.sample(now))
+            except Exception as e:  # noqa: BLE001 - a broken source must not stop the others
+                self._source_failed(src.name, e)
+            else:
+                if src.name in self._last_source_error:
+                    log.info("source %s recovered", src.name)
+                    del self._last_source_error[src.name]
+        msgs = self.encode(batch, now)
+        for m in msgs:
+            self.buffer.put(m)
+        self.ticks += 1
+        self.write_health()
+        return len(msgs)
+
+    def encode(self, batch: SourceBatch, now: float) -> list[OutboundMessage]:
+        """One telemetry message for the node's rows, then one message per event."""
+        out = []
+        if batch.gpu or batch.net:
+            msg = TelemetryMessage(node=self.node, ts=now, gpu=rows_to_columns(batch.gpu) if batch.gpu else {},
+                                   net=rows_to_columns(batch.net) if batch.net else {})
+            out.append(OutboundMessage(self.settings.telemetry_topic, self._key, encode_telemetry(msg)))
+        for ev in batch.events:
+            out.append(OutboundMessage(self.settings.events_topic, self._key, encode_event(ev)))
+        return out
+
+    def _source_failed(self, name: str, e: Exception) -> None:
+        self.source_errors[name] += 1
+        text = f"{type(e).__name__}: {e}"
+        n = self.source_errors[name]
+        if self._last_source_error.get(name) != text or n % 60 == 1:
+            # our own SourceErrors are expected states; anything else is a bug worth a traceback
+            log.warning("source %s failed (%d so far): %s", name, n, text, exc_info=not isinstance(e, SourceError))
+        self._last_source_error[name] = text
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish_pending(self) -> bool:
+        """One publish attempt of up to ``publish_batch_max`` messages, unless backing off.
+
+        Returns True when the attempt delivered everything it took (or nothing was due).
+        """
+        if self.clock.monotonic() < self._retry_at:
+            return False
+        batch = self.buffer.peek(self.settings.publish_batch_max)
+        if not batch:
+            return True
+        try:
+            self.sink.publish(batch)
+        except SinkRejected as e:
+            self._delivered(batch, e.delivered)
+            self.buffer.pop_through(batch[e.delivered].seq)
+            with self._lock:
+                self.rejected += 1
+            log.error("dropped a message the sink will never accept: %s", e)
+            return False
+        except SinkUnavailable as e:
+            self._delivered(batch, e.delivered)
+            delay = e.retry_after_s or self.backoff.next_delay()
+            self._retry_at = self.clock.monotonic() + delay
+            with self._lock:
+                self.last_publish_error = str(e)
+            if self.backoff.failures == 1 or self.backoff.failures % 20 == 0:
+                log.warning("publish failed (%d in a row), retrying in %.1f s; buffer %d msgs: %s",
+                            self.backoff.failures, delay, len(self.buffer), e)
+            return False
+        self._delivered(batch, len(batch))
+        if self.backoff.failures:
+            log.info("publishing again after %d failed attempts", self.backoff.failures)
+        self.backoff.reset()
+        return True
+
+    def _delivered(self, batch: list[OutboundMessage], n: int) -> None:
+        if n <= 0:
+            return
+        self.buffer.pop_through(batch[n - 1].seq)
+        with self._lock:
+            self.published += n
+            self.last_publish_ok_ts = self.clock.time()
+            self.last_publish_error = None
+
+    def flush(self, timeout_s: float) -> bool:
+        """Publish until the buffer is empty or *timeout_s* passes; True if emptied."""
+        deadline = self.clock.monotonic() + timeout_s
+        while len(self.buffer) and self.clock.monotonic() < deadline:
+            if not self.publish_pending():
+                wait = min(self._retry_at, deadline) - self.clock.monotonic()
+                if wait > 0:
+                    self.clock.sleep(min(wait, 0.5))
+        return not len(self.buffer)
+
+    def _publish_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            wait = self._retry_at - self.clock.monotonic()
+            if wait > 0:
+                stop.wait(wait)
+                continue
+            if self.buffer.wait(timeout_s=1.0):
+                try:
+                    self.publish_pending()
+                except Exception:  # noqa: BLE001 - classify, log and continue: never die silently
+                    log.exception("publisher: unexpected error; backing off")
+                    self._retry_at = self.clock.monotonic() + self.backoff.next_delay()
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, stop: threading.Event) -> None:
+        """Sample every interval until *stop* is set, then flush (bounded) and close."""
+        threads = [threading.Thread(target=f, args=(stop,), name=f"gpuops-agent-{f.__name__.strip('_')}",
+                                    daemon=True) for f in self.loops]
+        for t in threads:
+            t.start()
+        interval = self.settings.interval_s
+        next_tick = self.clock.monotonic()
+        try:
+            while not stop.is_set():
+                self.tick()
+                next_tick += interval
+                late = self.clock.monotonic() - next_tick
+                if late > 0:  # a tick took longer than an interval: skip, never burst
+                    skipped = int(late // interval) + 1
+                    log.warning("sampling %.1f s late; skipping %d tick(s)", late, skipped)
+                    next_tick += skipped * interval
+                stop.wait(max(0.0, next_tick - self.clock.monotonic()))
+        finally:
+            stop.set()
+            self.buffer.wake()
+            for t in threads:
+                t.join(timeout=self.settings.kafka_request_timeout_s + self.settings.kafka_max_block_s + 5)
+            self.shutdown()
+
+    def run_once(self) -> bool:
+        """``--once``: one tick, publish it (bounded by the shutdown timeout), close."""
+        self.tick()
+        try:
+            return self.flush(self.settings.shutdown_flush_timeout_s)
+        finally:
+            self.close()
+
+    def shutdown(self) -> None:
+        """Flush the backlog for at most ``shutdown_flush_timeout_s``, then close everything."""
+        self._retry_at = 0.0
+        if not self.flush(self.settings.shutdown_flush_timeout_s):
+            log.warning("shutdown: %d messages not published", len(self.buffer))
+        self.close()
+
+    def close(self) -> None:
+        """Close sources and sink; write a last health record."""
+        for src in self.sources:
+            try:
+                src.close()
+            except Exception:  # noqa: BLE001 - closing; nothing left to save
+                log.debug("closing source %s failed", src.name, exc_info=True)
+        self.sink.close()
+        self.write_health()
+
+    # ------------------------------------------------------------------ health
+
+    def health(self) -> dict:
+        """Last successful publish, buffer depth and dropped count, and the other counters."""
+        with self._lock:
+            return {
+                "node": self.node, "ts": self.clock.time(), "ticks": self.ticks,
+                "last_publish_ok_ts": self.last_publish_ok_ts, "last_publish_error": self.last_publish_error,
+                "published_total": self.published, "buffer_depth": len(self.buffer),
+                "buffer_bytes": self.buffer.bytes, "dropped_total": self.buffer.dropped,
+                "rejected_total": self.rejected, "source_errors": dict(self.source_errors),
+            }
+
+    def write_health(self) -> None:
+        """Rewrite the health file atomically (if configured); a failure is logged, not fatal."""
+        path: Path | None = self.settings.health_file
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(self.health()))
+            os.replace(tmp, path)
+        except OSError as e:
+            if not getattr(self, "_health_warned", False):
+                log.warning("cannot write health file %s: %s", path, e)
+                self._health_warned = True

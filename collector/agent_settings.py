@@ -1,0 +1,90 @@
+"""Settings of the node agent (``gpuops agent``): env prefix ``GPUOPS_AGENT_``.
+
+Every field documents its unit and why its default is what it is. The CLI flags of
+``gpuops agent`` override the environment, which overrides these defaults. Nothing is
+built at import time: the composition (``api/commands/agent.py``) makes one instance.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from collector.wire import TOPIC_EVENTS, TOPIC_TELEMETRY
+
+
+class AgentSettings(BaseSettings):
+    """What the agent samples, how often, where it publishes and how much it may buffer."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUOPS_AGENT_", extra="ignore")
+
+    node: str = Field(default_factory=lambda: socket.gethostname().split(".")[0], description=(
+        "Node name as the scheduler knows it (Slurm NodeName / Kubernetes node name). Default: the "
+        "short host name, which is what both schedulers use unless configured otherwise."))
+    sources: str = Field("nvml,infiniband,kmsg", description=(
+        "Comma-separated source names. Default: what every GPU node has (driver, HCAs, kernel log); "
+        "dcgm needs an exporter URL so it is opt-in."))
+    interval_s: float = Field(10.0, gt=0, description=(
+        "Seconds between samples. 10 s sees the minutes-long precursors (SBE growth, thermal trends, "
+        "link errors) while keeping the agent under 1 % of a core and ~0.1 msg/s per node on Kafka."))
+    sink: Literal["kafka", "stdout"] = Field("kafka", description="Where messages go; stdout is for debugging.")
+    bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port…].")
+    telemetry_topic: str = Field(TOPIC_TELEMETRY, description="Topic of the per-tick telemetry messages.")
+    events_topic: str = Field(TOPIC_EVENTS, description="Topic of the event messages.")
+    sysfs_root: Path = Field(Path("/sys"), description="Root of sysfs (a captured tree in tests).")
+    kmsg_file: Path | None = Field(None, description="Kernel log to follow instead of /dev/kmsg (a dmesg file).")
+    kmsg_from_start: bool = Field(False, description=(
+        "Read the kernel log from its start. Off: a restarted agent would re-publish every XID since boot."))
+    dcgm_url: str | None = Field(None, description="dcgm-exporter /metrics URL, or a saved scrape file.")
+    dcgm_timeout_s: float = Field(2.0, gt=0, description=(
+        "Seconds to wait for dcgm-exporter. It answers in milliseconds locally; 2 s bounds a stuck scrape "
+        "well inside one interval."))
+
+    buffer_max_messages: int = Field(2160, ge=1, description=(
+        "Messages held while Kafka is unreachable. 2160 = 6 h of ticks at 10 s (a broker upgrade or an "
+        "overnight outage) plus their events."))
+    buffer_max_bytes: int = Field(64 * 2**20, ge=1024, description=(
+        "Bytes held while Kafka is unreachable. 64 MiB: an 8-GPU / 9-port tick is ~10 KiB of JSON, so the "
+        "count bound binds first; this caps memory on a node whose RAM belongs to training jobs."))
+    buffer_policy: Literal["drop_oldest", "drop_newest"] = Field("drop_oldest", description=(
+        "What a full buffer drops. Oldest: the newest telemetry is what predicts an imminent failure."))
+    publish_batch_max: int = Field(500, ge=1, description=(
+        "Messages per publish attempt when draining a backlog: large enough to drain 6 h in seconds, small "
+        "enough that one attempt ends well within an interval."))
+    backoff_initial_s: float = Field(0.5, gt=0, description=(
+        "First wait after a failed publish. Short: most failures are a leader election that ends in < 1 s."))
+    backoff_max_s: float = Field(30.0, gt=0, description=(
+        "Longest wait between reconnect attempts: bounds how stale data is after the broker returns, and "
+        "keeps a fleet of agents from hammering a recovering broker (with ±20 % jitter)."))
+    kafka_request_timeout_s: float = Field(10.0, gt=0, description=(
+        "Seconds a produce request may take before it counts as failed. A healthy broker answers in ms; "
+        "10 s rides out GC pauses without stalling a 10 s interval for long."))
+    kafka_max_block_s: float = Field(5.0, gt=0, description=(
+        "Seconds send() may wait for topic metadata; when the broker is down this is how long one "
+        "attempt blocks the publisher thread (never the sampler)."))
+    shutdown_flush_timeout_s: float = Field(10.0, ge=0, description=(
+        "Seconds to keep publishing the backlog after SIGTERM. Kubernetes waits 30 s before SIGKILL."))
+    health_file: Path | None = Field(Path("/run/gpuops-agent/health.json"), description=(
+        "JSON health (last successful publish, buffer depth, dropped count), rewritten each tick; for "
+        "exec probes and node checks. /run is tmpfs: no disk writes. Empty/None disables it."))
+
+    @field_validator("sources")
+    @classmethod
+    def _sources_not_empty(cls, v: str) -> str:
+        if not [s for s in v.split(",") if s.strip()]:
+            raise ValueError("at least one source is needed")
+        return v
+
+    @field_validator("health_file", "kmsg_file", "dcgm_url", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: object) -> object:
+        return None if isinstance(v, str) and v.strip() in ("", "none", "None") else v
+
+    @property
+    def source_names(self) -> list[str]:
+        """``sources`` as a list, in order, without blanks or duplicates."""
+        return list(dict.fromkeys(s.strip() for s in self.sources.split(",") if s.strip()))
