@@ -81,3 +81,43 @@ def events_frame(f: Fleet, xids: list[tuple[float, int, int | None, int]]) -> pd
         "code": pd.array([c for _, _, _, c in xids], dtype="Int32"),
         "pci_bus_id": None, "message": "NVRM: Xid",
     })
+
+
+def telemetry_messages(gpu: pd.DataFrame, net: pd.DataFrame | None, interval_s: float) -> list[tuple[str, bytes]]:
+    """One wire message per node per sampling interval (what a collector sends), in time order.
+
+    Values go through float64 on the wire (a float32 column is widened exactly first), so
+    the decoded messages hold exactly what a replay of the same frames reads.
+    """
+    from collector.wire import TelemetryMessage, encode_telemetry, rows_to_columns
+
+    def groups(df: pd.DataFrame | None) -> dict[tuple[str, int], list[dict]]:
+        if df is None or len(df) == 0:
+            return {}
+        df = df.astype({c: np.float64 for c in df.columns if df[c].dtype == np.float32})
+        k = np.floor(df["ts"].to_numpy() / interval_s).astype(np.int64)
+        out: dict[tuple[str, int], list[dict]] = {}
+        for (node, kk), part in df.assign(_k=k).groupby(["node", "_k"], sort=False):
+            out[(node, int(kk))] = part.drop(columns=["_k"]).to_dict("records")
+        return out
+
+    g, n = groups(gpu), groups(net)
+    msgs = []
+    for key in sorted(set(g) | set(n), key=lambda nk: (nk[1], nk[0])):
+        rows_g, rows_n = g.get(key, []), n.get(key, [])
+        ts = max(r["ts"] for r in rows_g + rows_n)
+        msg = TelemetryMessage(node=key[0], ts=ts, gpu=rows_to_columns(rows_g) if rows_g else {},
+                               net=rows_to_columns(rows_n) if rows_n else {})
+        msgs.append((key[0], encode_telemetry(msg)))
+    return msgs
+
+
+def event_messages(events: pd.DataFrame) -> list[tuple[str, bytes]]:
+    """One ``gpu.events`` message per event row."""
+    from collector.wire import encode_event
+
+    out = []
+    for r in events.to_dict("records"):
+        r = {k: (None if v is pd.NA else v) for k, v in r.items()}
+        out.append((r["node"], encode_event(r)))
+    return out

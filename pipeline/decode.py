@@ -1,0 +1,195 @@
+"""Bus messages → column batches, with validation and dead-lettering reasons.
+
+Telemetry messages (:func:`collector.wire.decode_telemetry`) are column-oriented, so a
+poll's worth of messages is concatenated column by column into Python lists and turned
+into numpy once per poll — no DataFrame per message, no dict per sample. Each column
+is type-checked as a whole (``set(map(type, col))``); only a message that fails that
+check is looked at row by row, with :func:`collector.schema.validate_record` giving the
+reason, so one bad sample costs only itself. Events (:func:`collector.wire.decode_event`)
+are validated the same way; ``kind == "xid"`` events become :class:`XidRows`.
+
+Nothing here produces to the bus: rejects come back as :class:`Rejected` for the
+worker to dead-letter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+from collector.schema import RecordType, validate_record
+from collector.wire import WireError, columns_to_rows, decode_event, decode_telemetry
+from pipeline.bus import BusMessage, TopicPartition
+from pipeline.columns import (
+    GPU_VALUE_COLUMNS,
+    NET_STATE_COUNTERS,
+    GpuRows,
+    NetRows,
+    XidRows,
+    link_active_flags,
+)
+from pipeline.registry import Keys
+
+_NUM = {float, int, type(None)}
+_INT = {int}
+
+
+@dataclass
+class Rejected:
+    """A message or sample that could not be used, and why (the dead-letter reason)."""
+
+    reason: str
+    payload: Any
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass
+class Decoded:
+    """Rows of one poll, what was rejected, and per message its partition, offset and newest ts."""
+
+    gpu: GpuRows
+    net: NetRows
+    xids: XidRows
+    rejected: list[Rejected] = field(default_factory=list)
+    progress: list[tuple[TopicPartition, int, float]] = field(default_factory=list)
+
+
+class _Columns:
+    """Python lists growing by whole message columns; numpy once at the end."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = tuple(names)
+        self.lists: dict[str, list[Any]] = {n: [] for n in self.names}
+        self.n = 0
+
+    def extend(self, cols: dict[str, list[Any]], n: int, keep: list[int] | None = None) -> None:
+        for name in self.names:
+            col = cols.get(name)
+            if col is None:
+                self.lists[name].extend([None] * (n if keep is None else len(keep)))
+            else:
+                self.lists[name].extend(col if keep is None else [col[i] for i in keep])
+        self.n += n if keep is None else len(keep)
+
+    def floats(self, names: Iterable[str]) -> np.ndarray:
+        out = np.empty((len(tuple(names)), self.n))
+        for j, name in enumerate(names):
+            out[j] = np.array(self.lists[name], dtype=np.float64)
+        return out
+
+
+class MessageDecoder:
+    """Decodes polled messages into column batches for one pipeline's :class:`Keys`."""
+
+    def __init__(self, keys: Keys, max_gpus: int, telemetry_topics: Iterable[str], event_topics: Iterable[str]) -> None:
+        self.keys = keys
+        self.max_gpus = max_gpus
+        self.telemetry_topics = frozenset(telemetry_topics)
+        self.event_topics = frozenset(event_topics)
+
+    def decode(self, messages: Iterable[BusMessage]) -> Decoded:
+        gpu = _Columns(("ts", "gpu") + GPU_VALUE_COLUMNS)
+        net = _Columns(("ts", "device", "port", "link_state") + NET_STATE_COUNTERS)
+        gpu_nodes: list[int] = []
+        net_nodes: list[int] = []
+        xids: list[tuple[float, int, int, int]] = []
+        out = Decoded(GpuRows.empty(), NetRows.empty(), XidRows.empty())
+        for m in messages:
+            tp = (m.topic, m.partition)
+
+            def reject(reason: str, payload: Any) -> None:
+                out.rejected.append(Rejected(reason, payload, m.topic, m.partition, m.offset))
+
+            newest = -math.inf
+            if m.topic in self.telemetry_topics:
+                try:
+                    msg = decode_telemetry(m.value)
+                except WireError as e:
+                    reject(str(e), m.value)
+                    out.progress.append((tp, m.offset, newest))
+                    continue
+                node = self.keys.nodes.id_of(msg.node)
+                for cols, acc, nodes, rtype in ((msg.gpu, gpu, gpu_nodes, RecordType.GPU),
+                                                (msg.net, net, net_nodes, RecordType.NET)):
+                    if not cols:
+                        continue
+                    cols = cols if "ts" in cols else {**cols, "ts": [msg.ts] * _length(cols)}
+                    n = _length(cols)
+                    keep = None if self._columns_ok(cols, rtype) else self._good_rows(cols, msg.node, rtype, reject)
+                    acc.extend(cols, n, keep)
+                    k = n if keep is None else len(keep)
+                    nodes.extend([node] * k)
+                    if k:
+                        newest = max(newest, max(cols["ts"]) if keep is None else max(cols["ts"][i] for i in keep))
+            elif m.topic in self.event_topics:
+                try:
+                    ev = decode_event(m.value)
+                except WireError as e:
+                    reject(str(e), m.value)
+                    out.progress.append((tp, m.offset, newest))
+                    continue
+                why = validate_record(ev, RecordType.EVENT)
+                if why:
+                    reject(why, ev)
+                elif ev.get("kind") == "xid" and ev.get("code") is not None:
+                    g = ev.get("gpu")
+                    g = g if g is not None and 0 <= g < self.max_gpus else -1
+                    xids.append((float(ev["ts"]), self.keys.nodes.id_of(ev["node"]), int(g), int(ev["code"])))
+                    newest = float(ev["ts"])
+            else:
+                reject(f"unexpected topic {m.topic!r}", m.value)
+            out.progress.append((tp, m.offset, newest))
+        if gpu.n:
+            slots = self.keys.gpus.slots_of(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64))
+            out.gpu = GpuRows(np.array(gpu.lists["ts"], np.float64), slots, gpu.floats(GPU_VALUE_COLUMNS))
+        if net.n:
+            ports = self.keys.ports.slots_of(np.array(net_nodes, np.int32), np.array(net.lists["device"], object),
+                                             np.array(net.lists["port"], np.int64))
+            out.net = NetRows(np.array(net.lists["ts"], np.float64), ports,
+                              link_active_flags(np.array(net.lists["link_state"], object)),
+                              net.floats(NET_STATE_COUNTERS))
+        if xids:
+            ts, nd, g, c = zip(*xids)
+            out.xids = XidRows(np.array(ts), np.array(nd, np.int32), np.array(g, np.int16), np.array(c, np.int32))
+        return out
+
+    def _columns_ok(self, cols: dict[str, list[Any]], rtype: RecordType) -> bool:
+        """Whole-column check: every value has a valid type, keys present, finite and in range."""
+        ts = cols["ts"]
+        if not set(map(type, ts)) <= {float, int} or not all(map(math.isfinite, ts)):
+            return False
+        key = "gpu" if rtype is RecordType.GPU else "port"
+        idx = cols.get(key)
+        if idx is None or not set(map(type, idx)) <= _INT or (idx and (min(idx) < 0 or
+                                                                      (key == "gpu" and max(idx) >= self.max_gpus))):
+            return False
+        if rtype is RecordType.NET:
+            dev = cols.get("device")
+            if dev is None or not set(map(type, dev)) <= {str} or not set(map(type, cols.get("link_state", ()))) <= {str, type(None)}:
+                return False
+        names = GPU_VALUE_COLUMNS if rtype is RecordType.GPU else NET_STATE_COUNTERS
+        return all(set(map(type, cols[n])) <= _NUM for n in names if n in cols)
+
+    def _good_rows(self, cols: dict[str, list[Any]], node: str, rtype: RecordType, reject: Any) -> list[int]:
+        """Indices of valid samples; each bad one is rejected with its reason (slow path)."""
+        keep = []
+        for i, row in enumerate(columns_to_rows(cols, node=node)):
+            why = validate_record(row, rtype)
+            if why is None and rtype is RecordType.GPU and not 0 <= row["gpu"] < self.max_gpus:
+                why = f"gpu index {row['gpu']} outside [0, {self.max_gpus})"
+            if why is None and rtype is RecordType.NET and row["port"] < 0:
+                why = f"port {row['port']} is negative"
+            if why is None:
+                keep.append(i)
+            else:
+                reject(f"{rtype.value} sample {i}: {why}", row)
+        return keep
+
+
+def _length(cols: dict[str, list[Any]]) -> int:
+    return len(next(iter(cols.values()))) if cols else 0

@@ -1,0 +1,75 @@
+"""Kafka back-end of :class:`pipeline.bus.Bus` (kafka-python).
+
+A ``KafkaConsumer`` in the scoring consumer group with auto-commit off — offsets are
+committed by the worker only after the scores a batch led to are published, so a
+crash replays rather than loses data — and a ``KafkaProducer`` for ``gpu.scores`` and
+``gpu.deadletter``. Connection problems at start-up raise :class:`BusUnavailable`.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+from kafka.structs import TopicPartition as KafkaTP
+
+from pipeline.bus import BusMessage, TopicPartition
+
+
+class BusUnavailable(RuntimeError):
+    """The bus cannot be reached (transient: the service retries start-up later)."""
+
+
+class KafkaBus:
+    """Consumer group member on *topics* plus a producer, behind the :class:`~pipeline.bus.Bus` interface."""
+
+    def __init__(self, bootstrap: str, group: str, topics: Sequence[str], *, client_id: str = "gpuops-pipeline",
+                 auto_offset_reset: str = "earliest") -> None:
+        try:
+            self._consumer = KafkaConsumer(
+                *topics, bootstrap_servers=bootstrap.split(","), group_id=group, client_id=client_id,
+                enable_auto_commit=False, auto_offset_reset=auto_offset_reset)
+            self._producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), client_id=client_id,
+                                           acks="all", linger_ms=5)
+        except KafkaError as e:
+            raise BusUnavailable(f"Kafka at {bootstrap} unavailable: {e!r}") from e
+        self._polled: dict[TopicPartition, int] = {}
+
+    def poll(self, max_records: int, timeout_s: float) -> list[BusMessage]:
+        batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        out = []
+        for tp, records in batches.items():
+            for r in records:
+                key = r.key.decode("utf-8", errors="replace") if r.key is not None else None
+                out.append(BusMessage(tp.topic, key, r.value, tp.partition, r.offset))
+            if records:
+                self._polled[(tp.topic, tp.partition)] = records[-1].offset + 1
+        return out
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        offsets = dict(self._polled) if offsets is None else offsets
+        if offsets:
+            self._consumer.commit({KafkaTP(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()})
+
+    def produce(self, topic: str, key: str | None, value: bytes) -> None:
+        self._producer.send(topic, key=key.encode() if key is not None else None, value=value)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        self._producer.flush(timeout=timeout_s)
+
+    def backlog(self) -> dict[TopicPartition, int | None]:
+        out: dict[TopicPartition, int | None] = {}
+        for tp in self._consumer.assignment():
+            hw = self._consumer.highwater(tp)
+            pos = self._polled.get((tp.topic, tp.partition))
+            if pos is None and hw is not None:
+                pos = self._consumer.position(tp)
+            out[(tp.topic, tp.partition)] = None if hw is None or pos is None else max(hw - pos, 0)
+        return out
+
+    def close(self) -> None:
+        self._producer.flush()
+        self._producer.close()
+        self._consumer.close()
