@@ -1,0 +1,91 @@
+"""The HTML replay report: self-contained, shows the key numbers, escapes what it shows."""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+
+import pytest
+
+from models.evaluation import compare, score_replay
+from models.report_html import write_html_report
+
+pytest.importorskip("matplotlib")
+
+F = 50_000.0
+EVIL = "<script>alert('x')</script>$\\x$"
+
+
+def _report(missed_node="n-c"):
+    incidents = [
+        {"id": "inc-1", "node": "n-a", "gpu": 1, "fault": "hbm_ecc", "onset_ts": F - 7200,
+         "failure_ts": F, "predictable": True},
+        {"id": "inc-2", "node": "n-b", "gpu": None, "fault": "ib_link", "onset_ts": F - 3000,
+         "failure_ts": F + 100, "predictable": True},
+        {"id": "inc-3", "node": missed_node, "gpu": 0, "fault": "gpu_off_bus", "onset_ts": None,
+         "failure_ts": F + 500, "predictable": False},
+        {"id": "inc-4", "node": "n-d", "gpu": 2, "fault": "app_error", "onset_ts": None,
+         "failure_ts": F + 900, "predictable": False},
+    ]
+    model = [
+        {"ts": F - 1800, "node": "n-a", "gpu": 1, "action": "drain", "fault": "hbm_ecc", "score": 0.93,
+         "reason": "SBE rate 40/h"},
+        {"ts": F - 600, "node": "n-b", "gpu": None, "action": "drain", "fault": "ib_link", "score": 0.8,
+         "reason": "symbol errors rising"},
+        {"ts": F - 50, "node": "n-e", "gpu": 3, "action": "alert", "fault": "thermal", "score": 0.5,
+         "reason": "hot"},
+        {"ts": F + 10, "node": "n-z", "gpu": 3, "action": "reset", "fault": "power", "score": 0.7,
+         "reason": "spurious <b>rising</b>"},
+    ]
+    base = [
+        {"ts": F + 30, "node": "n-a", "gpu": 1, "action": "reset", "fault": "hbm_ecc", "score": 1.0,
+         "reason": "XID 48"},
+        {"ts": F + 900, "node": missed_node, "gpu": 0, "action": "drain", "fault": "gpu_off_bus", "score": 1.0,
+         "reason": "XID 79"},
+    ]
+    kw = dict(node_days=20.0, gpus_per_node=8)
+    m, b = score_replay(model, incidents, **kw), score_replay(base, incidents, **kw)
+    return {"recording": "/data/rec-<1>", "decisions": model, "baseline_decisions": base,
+            "incidents": incidents, "summary": {"samples_per_s": 312345.6},
+            "metrics": {"model": m, "rules_baseline": b, "comparison": compare(m, b)}}
+
+
+def test_the_report_renders_to_one_file_with_the_key_numbers_and_embedded_plots(tmp_path):
+    out = write_html_report(_report(), tmp_path / "r.html")
+    page = out.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "66.7%" in page          # model recall: 2 of 3 node faults
+    assert "33.3%" in page          # baseline recall: 1 of 3 (the reset on n-a comes 30 s after)
+    assert "20.8 min" in page       # model's median lead: leads 1800 s and 700 s
+    assert "<td>50.0</td>" in page  # false actions per 1,000 node-days: 1 / 20 node-days
+    assert "inc-3" in page          # a missed incident is listed
+    assert "spurious" in page       # the false action is listed
+    imgs = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="[^"<>]*">', page)
+    assert len(imgs) == 3 and page.count("<img") == 3
+    for data in imgs:
+        assert base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n")
+    assert "http://" not in page and "https://" not in page and "<link" not in page
+
+
+def test_a_malicious_node_name_is_escaped_in_the_page(tmp_path):
+    page = write_html_report(_report(missed_node=EVIL), tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<script>" not in page and "<b>rising" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "/data/rec-&lt;1&gt;" in page and page.count("<img") == 3   # the plots survived the name
+
+
+def test_a_report_without_ground_truth_still_draws_the_decisions(tmp_path):
+    report = _report()
+    del report["metrics"], report["incidents"]
+    page = write_html_report(report, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "metrics unavailable" in page and page.count("<img") == 1
+
+
+def test_a_missing_matplotlib_names_the_extra_to_install(tmp_path, monkeypatch):
+    for mod in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match=r"pip install gpuops\[report\]"):
+        write_html_report(_report(), tmp_path / "r.html")
+    assert not (tmp_path / "r.html").exists()
