@@ -112,7 +112,8 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     def put(name: str, v: np.ndarray) -> None:
         x[:, FEATURE_INDEX[name]] = v
 
-    short, long = gpu.windows(slots, tick_end, n_short)
+    short, long = gpu.windows(gpus.n, tick_end, n_short)
+    short, long = short[slots], long[slots]
     means = {}
     for w, s in zip(_W, (short, long)):
         n, sx, sxx, st, stt, stx = (s[:, STATS[k]] for k in ("n", "sx", "sxx", "st", "stt", "stx"))
@@ -140,7 +141,7 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
             put(f"throttle_{bit}_frac_{w}", _div(s[:, STATS["thr_bits"].start + k], known))
 
     nodes = gpus.slot_node[slots]
-    xs, xl = node_xids.windows(np.arange(len(gpus.nodes), dtype=np.int32), tick_end, n_short)
+    xs, xl = node_xids.windows(len(gpus.nodes), tick_end, n_short)
     for w, s, nx in zip(_W, (short, long), (xs, xl)):
         for k, (cls, _) in enumerate(XID_CLASSES):
             put(f"xid_{cls}_count_{w}", s[:, STATS["xid"].start + k] + nx[nodes, k])
@@ -182,7 +183,8 @@ def _net_features(put, ports: PortWindowState, reg: PortRegistry, nodes: np.ndar
         return
     order = reg.canonical_order()  # fixed summation order: features do not depend on arrival order
     pnode = reg.port_node[order]
-    ps, pl = ports.windows(order, tick_end, n_short)
+    ps, pl = ports.windows(reg.n, tick_end, n_short)
+    ps, pl = ps[order], pl[order]
     live = pl[:, PORT_STATS["samples"].start] > 0
     for w, s in zip(_W, (ps, pl)):
         rate = _div(s[:, PORT_STATS["cnt_delta"]], s[:, PORT_STATS["cnt_dt"]]) * 60.0

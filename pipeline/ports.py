@@ -81,9 +81,10 @@ class PortWindowState:
         self.last_ts[port[last]] = ts[last]
         self.last_vals[:, port[last]] = vals[:, last]
 
-    def windows(self, ports: np.ndarray, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
-        """Short- and long-window sums per port at *tick_end*."""
-        return self.ring.window(ports, int(round(tick_end / self.bucket_s)), n_short, self.bucket_s)
+    def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
+        """Short- and long-window sums for port slots ``< n`` at *tick_end*."""
+        self.ensure(n)
+        return self.ring.window(n, int(round(tick_end / self.bucket_s)), n_short)[:2]
 
 
 class NodeXidState:
@@ -103,6 +104,7 @@ class NodeXidState:
         self.ring.ensure(int(nodes.max()) + 1)
         self.ring.add_at(nodes, np.floor(ts / self.bucket_s).astype(np.int64), xid_class(codes))
 
-    def windows(self, nodes: np.ndarray, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
-        self.ring.ensure(int(nodes.max()) + 1 if len(nodes) else 1)
-        return self.ring.window(nodes, int(round(tick_end / self.bucket_s)), n_short, self.bucket_s)
+    def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
+        """Short- and long-window counts for nodes ``< n`` at *tick_end*."""
+        self.ring.ensure(n)
+        return self.ring.window(n, int(round(tick_end / self.bucket_s)), n_short)[:2]

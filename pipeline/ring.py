@@ -15,8 +15,6 @@ run into one cell — no Python loop per sample.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 
@@ -69,32 +67,34 @@ class Ring:
         pos = self._claim(slot, b)
         np.add.at(self.acc, (pos, slot, stat), w)
 
-    def window(self, slots: np.ndarray, b_end: int, n_short: int, bucket_s: float,
-               shift: Callable[[np.ndarray, np.ndarray, float], None] | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Sums over the short and the long window ending before bucket *b_end*, per slot.
+    def window_buckets(self, n: int, b_end: int) -> np.ndarray:
+        """Bucket index each ring position stands for in the window ending before *b_end*.
 
-        Returns two (len(slots), n_stats) arrays. *shift(cells, valid, offset_s)* may
-        rewrite a bucket's cells in place before they are added (time-referenced stats);
-        ``offset_s`` is the bucket's start relative to the window end (≤ 0).
+        The ring is exactly as long as the long window, so every position is in it; cells
+        of slots ``< n`` holding an older bucket are stale and are zeroed here (their
+        content can never be read again), so a plain sum over positions is the window.
         """
-        r = len(slots)
-        short = np.zeros((r, self.n_stats))
-        long = np.zeros((r, self.n_stats))
-        cells = np.empty((r, self.n_stats))
-        for k in range(self.n_buckets):
-            b = b_end - 1 - k
-            pos = b % self.n_buckets
-            valid = self.tag[pos, slots] == b
-            if not valid.any():
-                continue
-            np.take(self.acc[pos], slots, axis=0, out=cells)
-            cells[~valid] = 0.0
-            if shift is not None:
-                shift(cells, valid, (b - b_end) * bucket_s)
-            long += cells
-            if k < n_short:
-                short += cells
+        buckets = np.empty(self.n_buckets, np.int64)
+        wanted = np.arange(b_end - self.n_buckets, b_end, dtype=np.int64)
+        buckets[wanted % self.n_buckets] = wanted
+        stale = self.tag[:, :n] != buckets[:, None]
+        if stale.any():
+            self.acc[:, :n][stale] = 0.0
+        return buckets
+
+    def weighted_sums(self, n: int, weights: np.ndarray) -> np.ndarray:
+        """``Σ_pos weights[k, pos] · cell[pos, slot]`` for slots ``< n``: (k, n, n_stats).
+
+        One matrix product reads the ring once for every window and moment asked for.
+        """
+        flat = self.acc[:, :n].reshape(self.n_buckets, n * self.n_stats)
+        return (weights @ flat).reshape(len(weights), n, self.n_stats)
+
+    def window(self, n: int, b_end: int, n_short: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sums over the short and the long window ending before bucket *b_end*: two (n, n_stats)."""
+        buckets = self.window_buckets(n, b_end)
+        w = np.stack([buckets >= b_end - n_short, np.ones(self.n_buckets, bool)]).astype(np.float64)
+        short, long = self.weighted_sums(n, w)
         return short, long
 
 

@@ -182,20 +182,25 @@ class GpuWindowState:
         self.ring.add_at(slots, b, STATS["xid"].start + xid_class(codes))
         np.maximum.at(self.last_seen, slots, ts)
 
-    def windows(self, slots: np.ndarray, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
-        """Short- and long-window sums for *slots* at *tick_end*, with Σt, Σt², Σtx
-        re-referenced to the window end (t ≤ 0) so the slope can be read off the sums."""
+    def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
+        """Short- and long-window sums for slots ``< n`` at *tick_end*, with Σt, Σt², Σtx
+        re-referenced from each bucket's start to the window end (t ≤ 0), so that the
+        slope can be read off the sums: Σ(t+o) = Σt + o·n, Σ(t+o)² = Σt² + 2o·Σt + o²·n,
+        Σ(t+o)x = Σtx + o·Σx for a bucket starting o seconds before the end."""
         b_end = int(round(tick_end / self.bucket_s))
-        n, sx, st, stt, stx = (STATS[k] for k in ("n", "sx", "st", "stt", "stx"))
-
-        def shift(cells: np.ndarray, valid: np.ndarray, o: float) -> None:
-            if o == 0.0:
-                return
-            cells[:, stx] += o * cells[:, sx]
-            cells[:, stt] += 2.0 * o * cells[:, st] + (o * o) * cells[:, n]
-            cells[:, st] += o * cells[:, n]
-
-        return self.ring.window(slots, b_end, n_short, self.bucket_s, shift)
+        buckets = self.ring.window_buckets(n, b_end)
+        o = (buckets - b_end) * self.bucket_s
+        in_short = (buckets >= b_end - n_short).astype(np.float64)
+        w = np.stack([in_short, in_short * o, in_short * o * o, np.ones_like(o), o, o * o])
+        sums = self.ring.weighted_sums(n, w)
+        n_, sx, st, stt, stx = (STATS[k] for k in ("n", "sx", "st", "stt", "stx"))
+        out = []
+        for plain, by_o, by_o2 in (sums[0:3], sums[3:6]):
+            plain[:, st] += by_o[:, n_]
+            plain[:, stt] += 2.0 * by_o[:, st] + by_o2[:, n_]
+            plain[:, stx] += by_o[:, sx]
+            out.append(plain)
+        return out[0], out[1]
 
 
 def _pad(a: np.ndarray, cap: int, fill: float) -> np.ndarray:
