@@ -1,14 +1,15 @@
-"""Kafka sink: kafka-python producer, lz4, ``acks=all``, keyed by node, one retry loop.
+"""Kafka sink: kafka-python producer, lz4, ``acks=all``, keyed by node, in order.
 
-Retrying is the agent's job, not the producer's: the producer runs with ``retries=0``
-and one request in flight, so every send resolves (delivered or failed) within
-``request_timeout_ms`` and nothing is re-sent behind the agent's back. ``publish``
-sends a batch, flushes, and counts the leading messages that were acknowledged; on the
-first failure it drops the producer (a fresh one, with fresh connections and metadata,
-is made on the next attempt after the agent's backoff) and raises
+The producer retries only what Kafka itself calls retriable (a leader election, a topic
+being auto-created) a few times, with one request in flight so a retry never reorders,
+and every send resolves — acknowledged or failed — within ``delivery_timeout_ms``.
+Longer outages are the agent's business: ``publish`` sends a batch, flushes, counts
+the leading messages that were acknowledged, and on the first failure drops the
+producer (a fresh one, with fresh connections and metadata, is made on the next
+attempt after the agent's backoff) and raises
 :class:`~collector.sinks.base.SinkUnavailable` with that count. The agent's buffer
-keeps the rest, in order. Delivery is at least once: a message is only duplicated if
-the broker acknowledged it but the acknowledgement was lost.
+keeps the rest, in order. Delivery is at least once: a message is duplicated only when
+the broker stored it but its acknowledgement was lost.
 
 A message the broker will never take (larger than ``max_request_size``) raises
 :class:`~collector.sinks.base.SinkRejected`, so one bad message cannot block the rest.
@@ -39,17 +40,19 @@ class KafkaSink:
             client_id=client_id,
             acks="all",
             compression_type="lz4",
-            retries=0,
-            max_in_flight_requests_per_connection=1,
+            retries=5,  # retriable errors only (NotLeader, NotEnoughReplicas); the agent owns outages
+            retry_backoff_ms=200,
+            max_in_flight_requests_per_connection=1,  # a retry never overtakes a later batch
             linger_ms=linger_ms,
             request_timeout_ms=int(request_timeout_s * 1000),
-            delivery_timeout_ms=int(request_timeout_s * 1000) + linger_ms + 1000,
+            delivery_timeout_ms=int(request_timeout_s * 1000) + linger_ms + 2000,
             max_block_ms=int(max_block_s * 1000),
             max_request_size=max_request_bytes,
             reconnect_backoff_ms=200,
             reconnect_backoff_max_ms=5000,
         )
-        self.flush_timeout_s = request_timeout_s + max_block_s + linger_ms / 1000 + 2.0
+        # every future resolves within delivery_timeout_ms; wait a little longer than that
+        self.flush_timeout_s = self.config["delivery_timeout_ms"] / 1000 + max_block_s + 2.0
         self._producer: Any = None
 
     @classmethod
