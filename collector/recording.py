@@ -334,6 +334,7 @@ class _WindowReader:
         self._mem_idx: np.ndarray | None = None
         self._spill: Path | None = None
         self.mode = "prune"
+        self._index_row_groups()
         if not self._row_groups_ordered():
             est = self._estimated_bytes()
             if est <= budget:
@@ -343,6 +344,44 @@ class _WindowReader:
                 log.info("%s: unsorted and ~%.1f GiB; partitioning by window on disk", table.path, est / 2**30)
                 self._spill = Path(tempfile.mkdtemp(prefix="gpuops-recording-"))
                 self._partition()
+
+    def _index_row_groups(self) -> None:
+        """(file, row group, min ts, max ts) of every row group, from Parquet metadata."""
+        self._rg: list[tuple[pq.ParquetFile, int, float, float]] = []
+        for frag in self.t.dataset.get_fragments():
+            pf = pq.ParquetFile(frag.path)
+            idx = pf.schema_arrow.get_field_index("ts")
+            for i in range(pf.metadata.num_row_groups):
+                st = pf.metadata.row_group(i).column(idx).statistics
+                lo, hi = (st.min, st.max) if st is not None and st.has_min_max else (-math.inf, math.inf)
+                self._rg.append((pf, i, lo, hi))
+        self._cache: dict[tuple[int, int], pa.Table] = {}
+
+    def _pruned(self, a: float, b: float, first: bool) -> pd.DataFrame:
+        """Rows with a <= ts < b, reading only the row groups whose ts range overlaps."""
+        tables = []
+        cache: dict[tuple[int, int], pa.Table] = {}
+        for pf, i, lo, hi in self._rg:
+            if hi < a or lo >= b:
+                if not (first and not (math.isfinite(lo) and math.isfinite(hi))):
+                    continue
+            key = (id(pf), i)
+            tbl = self._cache.get(key) or pf.read_row_group(i)
+            cache[key] = tbl
+            ts = tbl.column("ts").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+            with np.errstate(invalid="ignore"):
+                mask = (ts >= a) & (ts < b)
+            if first:  # rows without a usable ts fall in no window: surface them once, to be rejected
+                mask |= ~np.isfinite(ts)
+            if mask.all():
+                tables.append(tbl)
+            elif mask.any():
+                tables.append(tbl.filter(pa.array(mask)))
+        self._cache = cache  # keep only the row groups this window touched (the next may reuse the last)
+        if not tables:
+            return self.t.schema.empty_table().to_pandas()
+        tbl = pa.concat_tables([_conform_table(t, self.t.schema) for t in tables])
+        return tbl.to_pandas(strings_to_categorical=True, split_blocks=True, self_destruct=True)
 
     def _row_groups_ordered(self) -> bool:
         prev_max = -math.inf
@@ -386,10 +425,7 @@ class _WindowReader:
     def window(self, k: int) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         a, b = self.lo + k * self.w, self.lo + (k + 1) * self.w
         if self.mode == "prune":
-            expr = (pc.field("ts") >= a) & (pc.field("ts") < b)
-            if k == 0:  # rows without a usable ts fall in no window: surface them once, to be rejected
-                expr = expr | ~pc.is_finite(pc.field("ts")) | pc.field("ts").is_null()
-            df = self.t.dataset.to_table(filter=expr).to_pandas()
+            df = self._pruned(a, b, k == 0)
         elif self.mode == "memory":
             if self._mem is None:
                 self._mem = self.t.dataset.to_table().to_pandas()
@@ -403,7 +439,10 @@ class _WindowReader:
             f = self._spill / f"w{k}.parquet"
             df = pq.read_table(f).to_pandas() if f.exists() else self.t.schema.empty_table().to_pandas()
         res = validate_frame(df, self.t.rtype)
-        valid = res.valid.sort_values("ts", kind="stable").reset_index(drop=True)
+        valid = res.valid
+        ts = valid["ts"].to_numpy()
+        if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():  # files written in time order skip the sort
+            valid = valid.sort_values("ts", kind="stable").reset_index(drop=True)
         bad = None
         if res.n_rejected:
             bad = res.rejected.assign(table=self.t.rtype.value)
@@ -414,6 +453,15 @@ class _WindowReader:
             shutil.rmtree(self._spill, ignore_errors=True)
             self._spill = None
         self._mem = None
+
+
+def _conform_table(tbl: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A table in the unified schema: columns this file lacks become nulls."""
+    if tbl.schema == schema:
+        return tbl
+    cols = [tbl.column(f.name).cast(f.type) if f.name in tbl.schema.names else pa.nulls(tbl.num_rows, f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
 
 
 def _jsonl_path(root: Path, stem: str) -> Path | None:
@@ -454,7 +502,7 @@ class RecordingWriter:
     crashed writer leaves no directory that looks complete.
     """
 
-    def __init__(self, path: str | Path, manifest: Manifest, *, compression: str = "zstd",
+    def __init__(self, path: str | Path, manifest: Manifest, *, compression: str = "lz4",
                  gzip_jsonl: bool = False, row_group_rows: int = 1 << 17):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)

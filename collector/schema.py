@@ -277,11 +277,13 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
     rtype = RecordType(rtype)
     n = len(df)
     reason = np.full(n, None, dtype=object)
+    bad = np.zeros(n, bool)
 
     def reject(mask: np.ndarray, why: str | np.ndarray) -> None:
-        m = mask & pd.isna(reason)
+        m = mask & ~bad
         if m.any():
             reason[m] = why if isinstance(why, str) else why[m]
+            bad[m] = True
 
     out: dict[str, Any] = {}
     for col in rtype.columns:
@@ -294,21 +296,14 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
             continue
         s = df[col.name]
         if col.dtype == "string":
-            isnull = s.isna().to_numpy()
+            isnull, nonstr, badnode = _check_strings(s, col.name == "node")
             if col.required:
                 reject(isnull, f"missing required field '{col.name}'")
-            if pd.api.types.is_string_dtype(s) and s.dtype != object:
-                nonstr = np.zeros(n, bool)
-            else:
-                nonstr = ~isnull & ~s.map(lambda v: isinstance(v, str)).to_numpy(bool)
             reject(nonstr, f"field '{col.name}' must be a string")
-            if col.name == "node":
-                ok = s.astype("string").str.fullmatch(NODE_NAME_RE.pattern).fillna(False).to_numpy(bool)
-                bad = ~isnull & ~ok
-                if bad.any():
-                    why = np.array([f"malformed node name {v!r}" for v in s.to_numpy(object)], dtype=object)
-                    reject(bad, why)
-            out[col.name] = s.astype("string") if not nonstr.any() else s.where(~nonstr).astype("string")
+            if badnode is not None and badnode.any():
+                why = np.array([f"malformed node name {v!r}" for v in s.to_numpy(object)], dtype=object)
+                reject(badnode, why)
+            out[col.name] = s.where(~nonstr) if nonstr.any() else s
         else:
             num, badtype = _to_numeric(s)
             isnull = np.isnan(num)
@@ -321,24 +316,44 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
                 frac = ~isnull & ~np.isinf(num) & (np.floor(np.where(isnull, 0, num)) != np.where(isnull, 0, num))
                 reject(frac, f"field '{col.name}' must be an integer")
             out[col.name] = num
-    bad = np.asarray(~pd.isna(reason), bool)
     good = ~bad
+    everything_valid = not bad.any()
     cols = {}
     for col in rtype.columns:
         v = out[col.name]
         if isinstance(v, np.ndarray):
-            v = v[good]
-            cols[col.name] = _cast_numeric(col, v)
+            if everything_valid and col.name in df.columns and df[col.name].dtype == col.dtype:
+                cols[col.name] = df[col.name].reset_index(drop=True)  # already right: no copy, no cast
+            else:
+                cols[col.name] = _cast_numeric(col, v if everything_valid else v[good])
         else:
-            cols[col.name] = v[good].astype("string").reset_index(drop=True)
+            cols[col.name] = (v if everything_valid else v[good]).reset_index(drop=True)
     contract = set(rtype.column_names)
     for extra in df.columns:
         if extra not in contract:
-            cols[extra] = df[extra][good].reset_index(drop=True)
-    valid = pd.DataFrame(cols)
+            cols[extra] = (df[extra] if everything_valid else df[extra][good]).reset_index(drop=True)
+    valid = pd.DataFrame(cols, copy=False)
     rejected = df[bad].copy()
     rejected["reason"] = reason[bad]
     return FrameValidation(valid=valid, rejected=rejected.reset_index(drop=True))
+
+
+def _check_strings(s: pd.Series, is_node: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Null / non-string / malformed-node masks, checking each distinct value once."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        codes, uniques = s.cat.codes.to_numpy(), s.cat.categories.to_numpy(object)
+    else:
+        codes, uniques = pd.factorize(s, use_na_sentinel=True)
+        uniques = np.asarray(uniques, dtype=object)
+    isnull = codes < 0
+    u_nonstr = np.fromiter((not isinstance(u, str) for u in uniques), bool, len(uniques))
+    nonstr = ~isnull & np.append(u_nonstr, False)[codes]
+    badnode = None
+    if is_node:
+        u_bad = np.fromiter((isinstance(u, str) and NODE_NAME_RE.match(u) is None for u in uniques), bool,
+                            len(uniques))
+        badnode = ~isnull & np.append(u_bad, False)[codes]
+    return isnull, nonstr, badnode
 
 
 def _to_numeric(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:

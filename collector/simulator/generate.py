@@ -244,7 +244,7 @@ class Renderer:
                 arrays[f.name] = pa.array(v, mask=flat_missing).cast(f.type)
             else:
                 arrays[f.name] = pa.array(v).cast(f.type)
-        return pa.Table.from_pydict(arrays, schema=self.gpu_schema)
+        return pa.Table.from_pydict(arrays, schema=self.gpu_schema).sort_by("ts")
 
     def _net_table(self, ch: Chunk, rng: np.random.Generator, ts_node: np.ndarray, level: np.ndarray,
                    resets: list[tuple[int, int, bool]]) -> pa.Table:
@@ -287,7 +287,7 @@ class Renderer:
             "rate_gbps": pa.array(np.full(n * NP, 400.0, np.float32)),
         }
         arrays.update(cols)
-        return pa.Table.from_pydict(arrays, schema=self.net_schema)
+        return pa.Table.from_pydict(arrays, schema=self.net_schema).sort_by("ts")
 
 
 def _dict_col(codes: np.ndarray, dictionary: pa.Array) -> pa.Array:

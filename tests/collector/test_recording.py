@@ -140,3 +140,15 @@ def test_streaming_windows_hold_only_their_own_rows(tmp_path):
     sizes = [len(w.gpu) for w in rec.iter_windows(600)]
     assert len(sizes) == 10 and max(sizes) == 60 * 4
     assert all((w.gpu["ts"] >= w.start).all() and (w.gpu["ts"] < w.end).all() for w in rec.iter_windows(600))
+
+
+def test_directory_whose_files_differ_in_optional_columns_reads_every_row(tmp_path):
+    root = tmp_path / "r"
+    (root / "gpu.parquet").mkdir(parents=True)
+    gpu_frame(n_ticks=5).to_parquet(root / "gpu.parquet" / "h0.parquet", index=False)
+    later = gpu_frame(n_ticks=5).assign(ts=lambda d: d["ts"] + 50, temp_gpu_c=61.0).drop(columns=["util_gpu"])
+    later.to_parquet(root / "gpu.parquet" / "h1.parquet", index=False)
+    (root / "manifest.json").write_text(json.dumps(manifest().to_json()))
+    windows = list(open_recording(root).iter_windows(30))
+    gpu = pd.concat([w.gpu for w in windows])
+    assert len(gpu) == 40 and gpu["temp_gpu_c"].notna().sum() == 20 and gpu["util_gpu"].notna().sum() == 20
