@@ -18,6 +18,9 @@ from kafka.structs import TopicPartition as KafkaTP
 from pipeline.bus import BusMessage, TopicPartition
 
 
+_FETCH_MAX_BYTES = 16 << 20
+
+
 class BusUnavailable(RuntimeError):
     """The bus cannot be reached (transient: the service retries start-up later)."""
 
@@ -30,7 +33,10 @@ class KafkaBus:
         try:
             self._consumer = KafkaConsumer(
                 *topics, bootstrap_servers=bootstrap.split(","), group_id=group, client_id=client_id,
-                enable_auto_commit=False, auto_offset_reset=auto_offset_reset)
+                enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
+                # kafka-python's default frame limit (1 MB) is below its own default fetch size,
+                # so a backlog of a few MB fails every fetch: bound the fetch, allow the frame
+                fetch_max_bytes=_FETCH_MAX_BYTES, receive_message_max_bytes=_FETCH_MAX_BYTES + (1 << 20))
             self._producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), client_id=client_id,
                                            acks="all", linger_ms=5)
         except KafkaError as e:

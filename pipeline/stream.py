@@ -102,6 +102,8 @@ class FeaturePipeline:
     def advance(self, watermark: float) -> list[FeatureBatch]:
         """Close every tick with pending rows that ends at or before *watermark* (telemetry s)."""
         cad = self.settings.cadence_s
+        if not math.isfinite(watermark):  # nothing seen on some partition yet
+            return []
         last_k = math.floor(watermark / cad + 1e-9) - 1  # last tick whose end <= watermark
         if not math.isfinite(self._pending_min_ts) or math.floor(self._pending_min_ts / cad) > last_k:
             return []
