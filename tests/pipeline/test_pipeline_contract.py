@@ -1,0 +1,35 @@
+"""The feature contract with models/: stable, unique, documented names; validated settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from pipeline.features import FEATURE_NAMES, FEATURES
+from pipeline.settings import PipelineSettings
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "pipeline.md"
+
+
+def test_feature_names_are_unique_and_each_has_a_unit_and_meaning() -> None:
+    assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
+    assert all(unit and meaning for _, unit, meaning in FEATURES)
+
+
+def test_every_feature_is_documented_in_order_in_docs_pipeline_md() -> None:
+    text = DOC.read_text()
+    positions = [text.find(f"| `{name}` |") for name in FEATURE_NAMES]
+    assert -1 not in positions, [n for n, p in zip(FEATURE_NAMES, positions) if p < 0]
+    assert positions == sorted(positions)
+
+
+def test_windows_that_are_not_whole_buckets_are_refused_at_start_up() -> None:
+    with pytest.raises(ValidationError, match="whole number"):
+        PipelineSettings(bucket_s=60, long_window_s=90)
+
+
+def test_settings_come_from_the_environment_with_the_package_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUOPS_PIPELINE_CADENCE_S", "120")
+    assert PipelineSettings().cadence_s == 120
