@@ -92,6 +92,9 @@ def agent(
     except (ValidationError, SourceError, SinkError) as e:
         typer.echo(f"gpuops agent: cannot start: {e}", err=True)
         raise typer.Exit(2) from None
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        # kafka-python logs every refused connection at ERROR; the agent reports outages itself
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
     if once:
         ok = the_agent.run_once()
         if not ok:

@@ -1,0 +1,101 @@
+"""``gpuops agent`` as a process: --once to stdout, start-up errors, SIGTERM flush, composition."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pynvml
+import pytest
+
+from api.commands.agent import compose_agent
+from collector.agent_settings import AgentSettings
+from collector.schema import RecordType, validate_record
+from collector.sources.nvml import NvmlUnavailableError
+from fake_nvml import FakeGpu, FakeNvml
+from tests.helpers import wait_until
+
+GPUOPS = [sys.executable, "-c", "from api.cli import main; main()"]
+
+
+def _gpuops(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*GPUOPS, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_once_to_stdout_prints_one_valid_record_per_line_with_its_type(shared_fixtures: Path, h100_sysfs: Path) -> None:
+    out = _gpuops("agent", "--once", "--sink", "stdout", "--sources", "infiniband,kmsg,dcgm",
+                  "--sysfs-root", h100_sysfs, "--kmsg-file", shared_fixtures / "xid/gpud/dmesg.0.log",
+                  "--dcgm-url", shared_fixtures / "dcgm_exporter/scrapes/datadog_dcgm_fixture_metrics.txt",
+                  "--node", "h100-a")
+    assert out.returncode == 0, out.stderr
+    records = [orjson.loads(line) for line in out.stdout.splitlines()]
+    kinds = [r["type"] for r in records]
+    assert (kinds.count("gpu"), kinds.count("net"), kinds.count("event")) == (1, 9, 11)
+    for r in records:
+        rtype = r.pop("type")
+        assert r["node"] == "h100-a"
+        assert validate_record(r, RecordType(rtype)) is None, r
+    assert [r["code"] for r in records if "code" in r] == [48, 63] + [94] * 9
+
+
+def test_unknown_source_fails_at_start_listing_the_valid_ones() -> None:
+    out = _gpuops("agent", "--once", "--sink", "stdout", "--sources", "infiniband,nvlm")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "unknown source 'nvlm'" in out.stderr and "dcgm, infiniband, kmsg, nvml" in out.stderr
+
+
+def test_source_that_cannot_start_fails_with_a_clear_message(tmp_path: Path) -> None:
+    out = _gpuops("agent", "--once", "--sink", "stdout", "--sources", "infiniband", "--sysfs-root", tmp_path)
+    assert out.returncode == 2 and "class/infiniband does not exist" in out.stderr
+
+
+def test_nvml_without_a_driver_stops_composition_and_closes_what_was_built(tmp_path: Path) -> None:
+    settings = AgentSettings(node="n1", sources="nvml,kmsg", kmsg_file=tmp_path / "k.log", health_file=None)
+    with pytest.raises(NvmlUnavailableError, match="libnvidia-ml.so.1"):
+        compose_agent(settings, nvml=FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+
+
+def test_composition_resolves_kernel_log_gpus_with_nvml_indexes(tmp_path: Path) -> None:
+    log = tmp_path / "k.log"
+    log.write_text("")
+    settings = AgentSettings(node="n1", sources="kmsg,nvml", kmsg_file=log, sink="stdout", health_file=None)
+    fake = FakeNvml([FakeGpu(pci_bus_id="00000000:18:00.0"), FakeGpu(pci_bus_id="00000000:3B:00.0")])
+    agent = compose_agent(settings, nvml=fake)
+    try:
+        assert [s.name for s in agent.sources] == ["kmsg", "nvml"]
+        assert agent.sources[0].gpu_index_by_pci == {"0000:18:00": 0, "0000:3b:00": 1}
+    finally:
+        agent.close()
+
+
+def test_sigterm_stops_sampling_flushes_and_exits_cleanly(h100_sysfs: Path, tmp_path: Path) -> None:
+    health = tmp_path / "health.json"
+    proc = subprocess.Popen([*GPUOPS, "agent", "--sink", "stdout", "--sources", "infiniband",
+                             "--sysfs-root", str(h100_sysfs), "--interval", "0.1", "--node", "n1",
+                             "--health-file", str(health)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        def ticked() -> bool:
+            try:
+                return json.loads(health.read_text())["ticks"] >= 3
+            except (OSError, ValueError):
+                return False
+
+        wait_until(ticked, timeout_s=30, message="three ticks in the health file")
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    final = json.loads(health.read_text())
+    lines = stdout.splitlines()
+    assert final["buffer_depth"] == 0 and final["published_total"] == final["ticks"] >= 3
+    assert len(lines) == 9 * final["ticks"]
+    assert "SIGTERM" in stderr
