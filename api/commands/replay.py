@@ -1,0 +1,59 @@
+"""``gpuops replay``: push a recording through pipeline, models and policy; write the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay)
+
+
+def replay(
+    recording: Path = typer.Argument(..., help="Recording directory (spec/recording.md)."),
+    report: Path = typer.Option(Path("report.json"), "--report", help="JSON report to write."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write an HTML report with plots."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Model directory (default: the shipped model)."),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="Policy YAML (default: built-in thresholds)."),
+    cadence: Optional[float] = typer.Option(None, "--cadence", min=1.0, help="Scoring cadence, s of telemetry time."),
+    rules_only: bool = typer.Option(False, "--rules-only", help="Use no trained model (the reactive baseline)."),
+) -> None:
+    """Replay a recording in telemetry time (dry run) and score the decisions against its incidents."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from api.replay import Replayer, build_report, headline
+    from collector.recording import RecordingError
+    from models.base import ModelError
+    from models.bundle import ModelBundle, default_model_path
+    from pipeline.settings import PipelineSettings
+    from remediation.config import PolicyConfigError, load_policy_config
+
+    console = Console(stderr=True)
+    try:
+        cfg = load_policy_config(policy)
+        mpath = model or default_model_path()
+        bundle = ModelBundle.rules_only() if rules_only else ModelBundle.load(mpath)
+        settings = PipelineSettings(**({"cadence_s": cadence, "bucket_s": cadence, "short_window_s": cadence}
+                                       if cadence else {}))
+        replayer = Replayer(bundle, cfg, settings)
+        with Progress(TextColumn("replaying"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("replay", total=1.0)
+            result = replayer.run(recording, progress=lambda f: bar.update(task, completed=f))
+        info = {"path": None if rules_only else str(mpath), "training": bundle.metadata.get("training", {}).get("recordings")}
+        rep = build_report(recording, result, info, cfg)
+    except (RecordingError, ModelError, PolicyConfigError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    report.write_text(json.dumps(rep, indent=1, default=str) + "\n")
+    if html:
+        from models.report_html import write_html_report
+        write_html_report(rep, html)
+    h = headline(rep)
+    console.print(json.dumps(h, indent=1))
+    console.print(f"report written to {report}" + (f" and {html}" if html else ""))

@@ -1,0 +1,142 @@
+"""A trained model set (rules + anomaly + classifier) and its artifact directory.
+
+A saved model is a directory::
+
+    model.json      format, version, feature names, training metadata (recordings, split, seed)
+    metrics.json    validation metrics measured at training time
+    rules.json      the rules (data, readable)
+    anomaly.joblib  the anomaly detector's parameters
+    classifier.joblib
+
+Loading checks the format version and that the feature names equal the pipeline's
+(:data:`pipeline.features.FEATURE_NAMES`): a model trained on other features fails at
+start-up with the command that fixes it. ``*.joblib`` files are pickles: load models
+only from directories you trust, as with any scikit-learn model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+import joblib
+import numpy as np
+
+from pipeline.features import FEATURE_NAMES
+
+from .anomaly import AnomalyDetector
+from .base import FeatureMismatch, ModelError, ModelNotFitted
+from .classifier import FailureClassifier
+from .rules import RulesDetector
+
+FORMAT = "gpuops-model"
+VERSION = 1
+
+
+@dataclass
+class ScoreBatch:
+    """Every detector's verdict on the rows of one feature matrix."""
+
+    p_fail: np.ndarray       # calibrated P(node fault within the horizon), (R,)
+    fault: np.ndarray        # classifier's fault class index, (R,)
+    rule: np.ndarray         # index of the rule that fired, -1 if none, (R,)
+    rule_fault: np.ndarray   # fault class index of that rule, (R,)
+    anomaly: np.ndarray      # calibrated anomaly level in [0, 1], (R,)
+
+    def take(self, idx: np.ndarray) -> "ScoreBatch":
+        return ScoreBatch(*(a[idx] for a in (self.p_fail, self.fault, self.rule, self.rule_fault, self.anomaly)))
+
+
+@dataclass
+class ModelBundle:
+    """The detectors gpuops scores with, and what is known about how they were made."""
+
+    rules: RulesDetector
+    classifier: FailureClassifier | None = None
+    anomaly: AnomalyDetector | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return self.rules.feature_names
+
+    @classmethod
+    def rules_only(cls, feature_names: Sequence[str] = FEATURE_NAMES) -> "ModelBundle":
+        """The reactive baseline alone (no trained models)."""
+        return cls(RulesDetector(feature_names))
+
+    def score(self, x: np.ndarray) -> ScoreBatch:
+        """Score a whole feature matrix (chunked inside each detector)."""
+        r = self.rules.score(x)
+        n = len(x)
+        if self.classifier is not None:
+            c = self.classifier.score(x)
+            p, fault = c.p, c.fault
+        else:
+            p, fault = np.zeros(n, np.float32), np.zeros(n, np.int8)
+        a = self.anomaly.score(x).p if self.anomaly is not None else np.zeros(n, np.float32)
+        return ScoreBatch(p, fault, r.detail["rule"], r.fault, a)
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = {"format": FORMAT, "version": VERSION, "feature_names": list(self.feature_names),
+                "detectors": [d.kind for d in (self.rules, self.classifier, self.anomaly) if d is not None]}
+        meta.update({k: v for k, v in self.metadata.items() if k not in meta})
+        (path / "model.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        (path / "metrics.json").write_text(json.dumps(self.metrics, indent=2, default=_json_default) + "\n")
+        (path / "rules.json").write_text(json.dumps(self.rules.get_state(), indent=2) + "\n")
+        for det in (self.classifier, self.anomaly):
+            if det is not None:
+                joblib.dump(det.get_state(), path / f"{det.kind}.joblib", compress=3)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, feature_names: Sequence[str] = FEATURE_NAMES) -> "ModelBundle":
+        path = Path(path)
+        mfile = path / "model.json"
+        if not mfile.is_file():
+            raise ModelError(f"{path}: not a gpuops model directory (no model.json)")
+        meta = json.loads(mfile.read_text())
+        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            raise ModelError(f"{path}: unsupported model format {meta.get('format')!r} v{meta.get('version')!r}")
+        if tuple(meta["feature_names"]) != tuple(feature_names):
+            raise FeatureMismatch(f"{path}: trained on other features than this gpuops computes; "
+                                  "retrain it with `gpuops train RECORDING... --out DIR`")
+        rules = RulesDetector(feature_names)
+        rules.set_state(json.loads((path / "rules.json").read_text()))
+        bundle = cls(rules, metadata=meta)
+        mpath = path / "metrics.json"
+        bundle.metrics = json.loads(mpath.read_text()) if mpath.is_file() else {}
+        for kind, ctor in (("classifier", FailureClassifier), ("anomaly", AnomalyDetector)):
+            if kind in meta.get("detectors", []):
+                f = path / f"{kind}.joblib"
+                if not f.is_file():
+                    raise ModelNotFitted(f"{path}: {kind} listed in model.json but {f.name} is missing")
+                det = ctor(feature_names)
+                det.set_state(joblib.load(f))
+                setattr(bundle, kind, det)
+        return bundle
+
+
+def default_model_path() -> Path:
+    """The model shipped with the package (docs/models.md says how it was trained)."""
+    return Path(str(resources.files("models").joinpath("default")))
+
+
+def load_default() -> ModelBundle:
+    return ModelBundle.load(default_model_path())
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)

@@ -1,0 +1,116 @@
+"""Failure-in-horizon classifier: P(this GPU fails within the horizon), its fault class, and why.
+
+A ``HistGradientBoostingClassifier`` over the pipeline's features predicts one of
+:data:`~models.base.CLASSES` (``none`` or a node fault). The probability of *any*
+fault, ``1 - P(none)``, is calibrated with isotonic regression on a held-out
+(later-in-time) split, so a threshold means what it says. Explanations are the
+features of the predicted class that sit furthest outside their healthy range,
+written so an on-call engineer can read them ("ecc_sbe_per_h_long = 41 (healthy
+p99 0)").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.isotonic import IsotonicRegression
+
+from .base import CLASSES, NO_FAULT, Detector, DetectorOutput
+
+#: features listed per class in explanations (strongest separating first)
+EXPLAIN_TOP = 10
+
+
+class FailureClassifier(Detector):
+    """Gradient-boosted trees with a calibrated any-fault probability."""
+
+    kind = "classifier"
+
+    def __init__(self, feature_names: Sequence[str], *, max_iter: int = 250, learning_rate: float = 0.08,
+                 max_leaf_nodes: int = 31, l2_regularization: float = 1.0, seed: int = 0):
+        super().__init__(feature_names)
+        self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
+                           l2_regularization=l2_regularization, random_state=seed)
+        self.model: HistGradientBoostingClassifier | None = None
+        self.calibrator: IsotonicRegression | None = None
+        self.healthy_q: np.ndarray | None = None  # (3, F): p1, p50, p99 of healthy rows
+        self.explain_features: dict[int, list[int]] = {}
+
+    def _fit(self, x: np.ndarray, y: np.ndarray | None, *, sample_weight: np.ndarray | None,
+             x_val: np.ndarray | None = None, y_val: np.ndarray | None = None,
+             w_val: np.ndarray | None = None, **kw: Any) -> None:
+        if y is None:
+            raise ValueError("the classifier needs labels")
+        self.model = HistGradientBoostingClassifier(early_stopping=False, **self.params)
+        self.model.fit(x, y, sample_weight=sample_weight)
+        self._fit_explanations(x, y)
+        if x_val is not None and y_val is not None and len(np.unique(y_val != NO_FAULT)) == 2:
+            raw = self._raw_any(x_val)
+            self.calibrator = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
+            self.calibrator.fit(raw, (y_val != NO_FAULT).astype(float), sample_weight=w_val)
+
+    def _fit_explanations(self, x: np.ndarray, y: np.ndarray) -> None:
+        healthy = x[y == NO_FAULT]
+        with np.errstate(all="ignore"):
+            self.healthy_q = np.nanquantile(healthy, [0.01, 0.5, 0.99], axis=0) if len(healthy) else None
+            scale = np.nanstd(healthy, axis=0) + 1e-6 if len(healthy) else np.ones(x.shape[1])
+            for k in np.unique(y):
+                if k == NO_FAULT:
+                    continue
+                pos = x[y == k]
+                diff = np.abs(np.nanmedian(pos, axis=0) - (self.healthy_q[1] if self.healthy_q is not None else 0))
+                strength = np.nan_to_num(diff / scale, nan=0.0)
+                self.explain_features[int(k)] = [int(i) for i in np.argsort(-strength)[:EXPLAIN_TOP]
+                                                 if strength[i] > 0]
+
+    def _proba(self, x: np.ndarray) -> np.ndarray:
+        assert self.model is not None
+        p = self.model.predict_proba(x)
+        full = np.zeros((len(x), len(CLASSES)), np.float32)
+        full[:, self.model.classes_.astype(int)] = p
+        return full
+
+    def _raw_any(self, x: np.ndarray) -> np.ndarray:
+        return 1.0 - self._proba(x)[:, NO_FAULT]
+
+    def _score(self, x: np.ndarray) -> DetectorOutput:
+        proba = self._proba(x)
+        raw = 1.0 - proba[:, NO_FAULT]
+        p = self.calibrator.predict(raw).astype(np.float32) if self.calibrator is not None else raw
+        fault = (np.argmax(proba[:, 1:], axis=1) + 1).astype(np.int8)
+        return DetectorOutput(p, fault, {"raw": raw.astype(np.float32)})
+
+    def explain(self, row: np.ndarray, fault: int, k: int = 3) -> str:
+        """The *k* features of class *fault* furthest outside their healthy range, as text."""
+        if self.healthy_q is None:
+            return ""
+        lo, mid, hi = self.healthy_q
+        parts = []
+        for i in self.explain_features.get(int(fault), []):
+            v = float(row[i])
+            if not np.isfinite(v):
+                continue
+            if v > hi[i] and v > mid[i]:
+                parts.append(f"{self.feature_names[i]}={_fmt(v)} (healthy p99 {_fmt(hi[i])})")
+            elif v < lo[i] and v < mid[i]:
+                parts.append(f"{self.feature_names[i]}={_fmt(v)} (healthy p1 {_fmt(lo[i])})")
+            if len(parts) == k:
+                break
+        return ", ".join(parts)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"params": self.params, "model": self.model, "calibrator": self.calibrator,
+                "healthy_q": self.healthy_q, "explain_features": self.explain_features}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.params = state["params"]
+        self.model, self.calibrator = state["model"], state["calibrator"]
+        self.healthy_q, self.explain_features = state["healthy_q"], {int(k): v for k, v in
+                                                                     state["explain_features"].items()}
+        self.fitted = self.model is not None
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"

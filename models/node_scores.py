@@ -1,0 +1,97 @@
+"""From per-GPU feature rows to per-node scores: the models' output (topic ``gpu.scores``).
+
+:func:`score_batches` scores any number of pipeline ticks with one call per detector
+(rows stacked, then split back), so live (one tick at a time) and replay (many ticks
+at once, for speed) run the same code and get the same numbers. :func:`aggregate`
+reduces a tick's GPU rows to one :class:`NodeScores` row per node: the worst GPU's
+failure probability and fault class, the highest-priority rule that fired, the most
+anomalous GPU, and which feature row to explain each from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from collector.schema import FaultClass
+from pipeline.batch import FeatureBatch
+
+from .base import CLASSES
+from .bundle import ModelBundle, ScoreBatch
+from .rules import RulesDetector
+
+
+@dataclass
+class NodeScores:
+    """Scores of every node that reported in one tick (arrays of length N)."""
+
+    ts: float
+    node: np.ndarray        # node names (object)
+    p_fail: np.ndarray      # max calibrated failure probability over the node's GPUs
+    fault: np.ndarray       # fault class index of that GPU (models.base.CLASSES)
+    gpu: np.ndarray         # GPU index with the highest p_fail
+    row: np.ndarray         # its row in the tick's feature matrix
+    rule: np.ndarray        # highest-priority rule that fired on any GPU, -1 if none
+    rule_gpu: np.ndarray
+    rule_row: np.ndarray
+    rule_fault: np.ndarray  # that rule's fault class index
+    rule_action: np.ndarray  # that rule's Action (object; None where no rule fired)
+    anomaly: np.ndarray     # max anomaly level over the node's GPUs
+    anomaly_row: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+    def fault_class(self, i: int) -> FaultClass | None:
+        """The model's fault class for node *i* (None when the models name none)."""
+        return FaultClass(CLASSES[int(self.fault[i])]) if self.fault[i] > 0 else None
+
+    def rule_fault_class(self, i: int) -> FaultClass | None:
+        return FaultClass(CLASSES[int(self.rule_fault[i])]) if self.rule_fault[i] > 0 else None
+
+    def to_records(self) -> list[dict]:
+        """JSON-ready rows (for ``gpu.scores`` and the API)."""
+        return [{"ts": self.ts, "node": str(self.node[i]), "p_fail": round(float(self.p_fail[i]), 4),
+                 "fault": CLASSES[int(self.fault[i])], "gpu": int(self.gpu[i]),
+                 "rule": int(self.rule[i]), "anomaly": round(float(self.anomaly[i]), 5)} for i in range(len(self))]
+
+
+def score_batches(bundle: ModelBundle, batches: Sequence[FeatureBatch]) -> list[ScoreBatch]:
+    """Score many ticks with one call per detector; returns one :class:`ScoreBatch` per tick."""
+    if not batches:
+        return []
+    sizes = [len(b) for b in batches]
+    x = np.concatenate([b.x for b in batches]) if len(batches) > 1 else batches[0].x
+    scores = bundle.score(x)
+    bounds = np.cumsum([0] + sizes)
+    return [scores.take(np.arange(bounds[i], bounds[i + 1])) for i in range(len(batches))]
+
+
+def _argmax_per_group(values: np.ndarray, group: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Row index of the largest value in each group (rows grouped contiguously)."""
+    order = np.lexsort((-values, group))
+    return order[starts]
+
+
+def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> NodeScores:
+    """Per-node view of one tick (rows of *batch* are grouped by node, canonical order)."""
+    n = len(batch)
+    if n == 0:
+        e, i = np.zeros(0), np.zeros(0, int)
+        return NodeScores(batch.ts, np.zeros(0, object), e, i, i, i, i, i, i, i, np.zeros(0, object), e, i)
+    node = batch.node
+    starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+    group = np.cumsum(np.r_[False, node[1:] != node[:-1]])
+    p = np.nan_to_num(scores.p_fail.astype(np.float64), nan=0.0)
+    row = _argmax_per_group(p, group, starts)
+    rule_key = np.where(scores.rule >= 0, scores.rule, 10_000).astype(np.int64)
+    rule_row = _argmax_per_group(-rule_key, group, starts)
+    rule = scores.rule[rule_row].astype(np.int32)
+    an = np.nan_to_num(scores.anomaly.astype(np.float64), nan=0.0)
+    an_row = _argmax_per_group(an, group, starts)
+    actions = np.array([r.action for r in rules.rules] + [None], dtype=object)
+    return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
+                      rule, batch.gpu[rule_row].astype(int), rule_row, scores.rule_fault[rule_row],
+                      actions[rule], an[an_row], an_row)

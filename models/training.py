@@ -1,0 +1,171 @@
+"""Training from recordings: the same pipeline as live, labels from incidents, a time split.
+
+Each recording is replayed through :class:`pipeline.stream.FeaturePipeline` (so the
+model sees exactly the features the service computes). Rows are labelled from
+``incidents.jsonl`` (:mod:`models.labels`). Every positive row and every "hard"
+negative (a confounder is active: application XIDs, steady SBEs, congestion, a hot
+or slow GPU…) is kept; other healthy rows are sampled at ``negative_keep`` and
+weighted by its inverse, so probabilities stay calibrated to the real base rate.
+
+The split is by time, per recording: the first ``1 - val_fraction`` of the recording
+trains, the rest validates and calibrates, and a gap as long as the longest feature
+window separates them so no window straddles the split (no leakage).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from collector.recording import open_recording
+from pipeline.features import FEATURE_NAMES
+from pipeline.settings import PipelineSettings
+from pipeline.stream import FeaturePipeline
+
+from .anomaly import AnomalyDetector
+from .base import CLASSES, NO_FAULT
+from .bundle import ModelBundle
+from .classifier import FailureClassifier
+from .labels import LabelSettings, label_rows
+from .rules import RulesDetector
+
+log = logging.getLogger(__name__)
+
+#: (feature, threshold): a healthy row with any of these above threshold is a hard negative.
+HARD_NEGATIVE = (("xid_app_count_long", 0), ("ecc_sbe_per_h_long", 0), ("pcie_replay_per_min_long", 0),
+                 ("nvlink_crc_per_min_long", 0), ("net_symbol_error_per_min_long", 0),
+                 ("net_port_xmit_wait_per_min_short", 1e6), ("temp_gpu_c_mean_short", 72),
+                 ("sm_clock_deficit_vs_peers", 0.1), ("util_deficit_vs_peers", 15),
+                 ("remapped_rows_corr_total", 0), ("throttle_sw_thermal_frac_long", 0))
+
+
+class TrainingError(Exception):
+    """A recording that cannot be trained on (no ground truth, no positives) — permanent."""
+
+
+@dataclass
+class TrainSettings:
+    """How a model is trained from recordings."""
+
+    #: share of each recording (its end) held out for validation and calibration
+    val_fraction: float = 0.3
+    #: gap between train and validation, s (>= the pipeline's long window: no leakage)
+    gap_s: float = 1800.0
+    #: fraction of ordinary healthy rows kept (weight 1/keep); positives and hard negatives are all kept
+    negative_keep: float = 0.04
+    #: recording read window, s (memory ~ one window of rows)
+    window_s: float = 3600.0
+    seed: int = 0
+    labels: LabelSettings = field(default_factory=LabelSettings)
+
+
+@dataclass
+class Dataset:
+    """Feature rows with labels, weights and where they came from."""
+
+    x: list[np.ndarray] = field(default_factory=list)
+    y: list[np.ndarray] = field(default_factory=list)
+    w: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> None:
+        if len(x):
+            self.x.append(x)
+            self.y.append(y)
+            self.w.append(w)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self.x:
+            return np.zeros((0, len(FEATURE_NAMES)), np.float32), np.zeros(0, np.int8), np.zeros(0)
+        return np.concatenate(self.x), np.concatenate(self.y), np.concatenate(self.w)
+
+
+def collect(path: str | Path, settings: TrainSettings, train: Dataset, val: Dataset,
+            pipeline_settings: PipelineSettings | None = None,
+            progress: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """Replay one recording and add its labelled rows to *train* / *val*; returns counts."""
+    rec = open_recording(path)
+    incidents = rec.incidents()
+    if incidents is None:
+        raise TrainingError(f"{path}: no incidents.jsonl — training needs ground truth "
+                            "(simulate one with `gpuops simulate`)")
+    m = rec.manifest
+    split = m.start + (1 - settings.val_fraction) * (m.end - m.start)
+    rng = np.random.default_rng([settings.seed, len(train.x) + len(val.x)])
+    hard_cols = [(FEATURE_NAMES.index(f), t) for f, t in HARD_NEGATIVE]
+    pipe = FeaturePipeline(pipeline_settings)
+    counts = {"rows": 0, "kept": 0, "positives": 0}
+    for batch in pipe.replay(rec.iter_windows(settings.window_s)):
+        if progress:
+            progress((batch.ts - m.start) / max(m.end - m.start, 1))
+        if batch.ts >= split - settings.gap_s and batch.ts < split:
+            continue
+        y, keep = label_rows(np.full(len(batch), batch.ts), batch.node, batch.gpu, incidents, settings.labels)
+        x = batch.x
+        with np.errstate(invalid="ignore"):
+            hard = np.zeros(len(x), bool)
+            for c, t in hard_cols:
+                hard |= x[:, c] > t
+        sampled = rng.random(len(x)) < settings.negative_keep
+        sel = keep & ((y != NO_FAULT) | hard | sampled)
+        w = np.where((y != NO_FAULT) | hard, 1.0, 1.0 / settings.negative_keep)
+        (train if batch.ts < split else val).add(x[sel], y[sel], w[sel])
+        counts["rows"] += len(x)
+        counts["kept"] += int(sel.sum())
+        counts["positives"] += int((sel & (y != NO_FAULT)).sum())
+    return counts
+
+
+def train_bundle(recordings: Sequence[str | Path], settings: TrainSettings = TrainSettings(),
+                 progress: Callable[[int, float], None] | None = None) -> ModelBundle:
+    """Train the anomaly detector and the classifier; rules come as they are."""
+    t0 = time.perf_counter()
+    train, val = Dataset(), Dataset()
+    per_rec = {}
+    for i, r in enumerate(recordings):
+        per_rec[str(r)] = collect(r, settings, train, val,
+                                  progress=(lambda f, i=i: progress(i, f)) if progress else None)
+    xt, yt, wt = train.arrays()
+    xv, yv, wv = val.arrays()
+    if (yt != NO_FAULT).sum() == 0:
+        raise TrainingError("no failure precursors in the training part of the recordings: "
+                            "use longer recordings or a higher --rate-multiplier")
+    log.info("training on %d rows (%d positive), validating on %d", len(yt), int((yt != NO_FAULT).sum()), len(yv))
+    clf = FailureClassifier(FEATURE_NAMES, seed=settings.seed)
+    clf.fit(xt, yt, sample_weight=wt, x_val=xv, y_val=yv, w_val=wv)
+    anomaly = AnomalyDetector(FEATURE_NAMES, seed=settings.seed).fit(xt, yt, x_val=xv, y_val=yv)
+    metrics = validation_metrics(clf, xv, yv, wv)
+    meta = {"training": {"recordings": [str(r) for r in recordings], "settings": _jsonable(asdict(settings)),
+                         "rows": per_rec, "train_rows": int(len(yt)), "val_rows": int(len(yv)),
+                         "seconds": round(time.perf_counter() - t0, 1)}}
+    return ModelBundle(RulesDetector(FEATURE_NAMES), clf, anomaly, metadata=meta, metrics=metrics)
+
+
+def validation_metrics(clf: FailureClassifier, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, Any]:
+    """Row-level validation metrics of the classifier (the replay report gives incident-level ones)."""
+    if len(y) == 0 or len(np.unique(y != NO_FAULT)) < 2:
+        return {"rows": int(len(y)), "note": "validation split has no positives or no negatives"}
+    out = clf.score(x)
+    target = (y != NO_FAULT).astype(int)
+    per_class = {}
+    for k in np.unique(y[y != NO_FAULT]):
+        sel = y == k
+        per_class[CLASSES[k]] = {"rows": int(sel.sum()),
+                                 "recall_at_0.5": float(((out.p[sel] >= 0.5)).mean()),
+                                 "class_accuracy": float((out.fault[sel] == k).mean())}
+    return {"rows": int(len(y)), "positives": int(target.sum()),
+            "average_precision": float(average_precision_score(target, out.p, sample_weight=w)),
+            "roc_auc": float(roc_auc_score(target, out.p, sample_weight=w)),
+            "brier": float(np.average((out.p - target) ** 2, weights=w)),
+            "per_class": per_class}
+
+
+def _jsonable(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _jsonable(v) for k, v in d.items()}
+    return d

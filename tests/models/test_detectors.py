@@ -1,0 +1,146 @@
+"""Detectors: labels from incidents, rules on features, the classifier and anomaly detector,
+node aggregation and the saved-model round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.anomaly import AnomalyDetector
+from models.base import CLASSES, FeatureMismatch, ModelNotFitted, class_index
+from models.bundle import ModelBundle
+from models.classifier import FailureClassifier
+from models.labels import LabelSettings, label_rows
+from models.node_scores import aggregate, score_batches
+from models.rules import RulesDetector
+from pipeline.batch import FeatureBatch
+from pipeline.features import FEATURE_NAMES
+
+F = len(FEATURE_NAMES)
+
+
+def col(name):
+    return FEATURE_NAMES.index(name)
+
+
+def test_labels_mark_precursor_rows_of_the_faulty_gpu_and_exclude_the_broken_period():
+    ts = np.arange(0, 20000, 600.0).repeat(2)
+    node = np.array(["n1"] * len(ts), object)
+    gpu = np.tile([0, 1], len(ts) // 2)
+    inc = [{"node": "n1", "gpu": 1, "fault": "nvlink", "onset_ts": 3000.0, "failure_ts": 6000.0}]
+    y, keep = label_rows(ts, node, gpu, inc, LabelSettings(exclude_after_s=3600))
+    pos = (gpu == 1) & (ts >= 3000) & (ts <= 6300)
+    assert (y[pos] == class_index("nvlink")).all() and (y[~pos] == 0).all()
+    assert not keep[(ts > 6300) & (ts <= 9600)].any() and keep[ts > 9600].all()
+
+
+def test_node_level_faults_label_every_gpu_and_app_errors_label_nothing():
+    ts = np.array([100.0, 100.0, 100.0])
+    node = np.array(["n1", "n1", "n2"], object)
+    gpu = np.array([0, 1, 0])
+    incs = [{"node": "n1", "gpu": None, "fault": "ib_link", "onset_ts": None, "failure_ts": 50.0},
+            {"node": "n2", "gpu": 0, "fault": "app_error", "onset_ts": None, "failure_ts": 90.0}]
+    y, keep = label_rows(ts, node, gpu, incs)
+    assert y.tolist() == [class_index("ib_link")] * 2 + [0] and keep.all()
+
+
+def test_rules_fire_in_priority_order_with_readable_reasons():
+    x = np.zeros((3, F), np.float32)
+    x[1, col("xid_nvlink_count_short")] = 1
+    x[2, col("xid_nvlink_count_short")] = 2
+    x[2, col("xid_off_bus_count_short")] = 1
+    r = RulesDetector(FEATURE_NAMES)
+    out = r.score(x)
+    assert out.p.tolist() == [0, 1, 1]
+    assert [CLASSES[k] for k in out.fault] == ["none", "nvlink", "gpu_off_bus"]
+    assert "XID 74" in r.reason(int(out.detail["rule"][1]), x[1])
+
+
+def test_rules_referring_to_unknown_features_fail_at_start():
+    with pytest.raises(FeatureMismatch, match="unknown features"):
+        RulesDetector(("a", "b"))
+
+
+def _toy(n=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (n, F)).astype(np.float32)
+    y = np.zeros(n, np.int8)
+    hot = rng.random(n) < 0.1
+    x[hot, col("ecc_sbe_per_h_long")] += 50
+    y[hot] = class_index("hbm_ecc")
+    return x, y
+
+
+def test_classifier_learns_a_signal_and_calibrates_and_explains_it():
+    x, y = _toy()
+    xv, yv = _toy(seed=1)
+    clf = FailureClassifier(FEATURE_NAMES, max_iter=30).fit(x, y, x_val=xv, y_val=yv)
+    out = clf.score(xv)
+    assert out.p[yv > 0].mean() > 0.9 and out.p[yv == 0].mean() < 0.1
+    assert (out.fault[yv > 0] == class_index("hbm_ecc")).all()
+    row = xv[np.flatnonzero(yv > 0)[0]]
+    assert "ecc_sbe_per_h_long" in clf.explain(row, class_index("hbm_ecc"))
+
+
+def test_scoring_before_fitting_or_with_wrong_width_fails_clearly():
+    with pytest.raises(ModelNotFitted):
+        FailureClassifier(FEATURE_NAMES).score(np.zeros((1, F)))
+    with pytest.raises(FeatureMismatch, match="expected"):
+        RulesDetector(FEATURE_NAMES).score(np.zeros((1, 3)))
+
+
+def test_anomaly_level_is_high_for_rows_unlike_healthy_ones():
+    rng = np.random.default_rng(0)
+    healthy = np.zeros((3000, F), np.float32)  # healthy GPUs: error rates 0, small peer deviations
+    for name in ("sm_clock_deficit_vs_peers", "temp_gpu_excess_vs_peers", "node_temp_gpu_fleet_z"):
+        healthy[:, col(name)] = rng.normal(0, 0.5, len(healthy))
+    det = AnomalyDetector(FEATURE_NAMES, n_estimators=50).fit(healthy, np.zeros(len(healthy), np.int8))
+    weird = healthy[:5].copy()
+    weird[:, col("sm_clock_deficit_vs_peers")] = 0.4
+    weird[:, col("pcie_replay_per_min_short")] = 1e3
+    assert det.score(weird).p.min() > 0.99 and det.score(healthy[:500]).p.mean() < 0.7
+
+
+def test_saved_bundle_loads_and_scores_identically(tmp_path):
+    x, y = _toy()
+    clf = FailureClassifier(FEATURE_NAMES, max_iter=20).fit(x, y, x_val=x, y_val=y)
+    b = ModelBundle(RulesDetector(FEATURE_NAMES), clf, AnomalyDetector(FEATURE_NAMES, n_estimators=20).fit(x, y),
+                    metadata={"training": {"recordings": ["r"]}}, metrics={"ap": 1.0})
+    b.save(tmp_path / "m")
+    back = ModelBundle.load(tmp_path / "m")
+    a, c = b.score(x[:100]), back.score(x[:100])
+    np.testing.assert_array_equal(a.p_fail, c.p_fail)
+    np.testing.assert_array_equal(a.anomaly, c.anomaly)
+    assert back.metrics == {"ap": 1.0} and back.metadata["training"]["recordings"] == ["r"]
+
+
+def test_a_model_trained_on_other_features_is_refused_with_the_fix(tmp_path):
+    ModelBundle.rules_only().save(tmp_path / "m")
+    with pytest.raises(FeatureMismatch, match="gpuops train"):
+        ModelBundle.load(tmp_path / "m", feature_names=FEATURE_NAMES[:-1])
+
+
+def test_node_aggregation_takes_the_worst_gpu_and_the_first_rule():
+    x = np.zeros((4, F), np.float32)
+    x[1, col("xid_nvlink_count_short")] = 1
+    x[3, col("ecc_dbe_per_h_short")] = 5
+    batch = FeatureBatch(60.0, np.array(["a", "a", "b", "b"], object), np.array([0, 1, 0, 1], np.int16), x)
+    bundle = ModelBundle.rules_only()
+    (sc,) = score_batches(bundle, [batch])
+    ns = aggregate(batch, sc, bundle.rules)
+    assert ns.node.tolist() == ["a", "b"]
+    assert ns.rule_gpu.tolist() == [1, 1]
+    assert [ns.rule_fault_class(i).value for i in range(2)] == ["nvlink", "hbm_ecc"]
+    assert [a.value for a in ns.rule_action] == ["drain", "reset"]
+
+
+def test_many_ticks_scored_at_once_equal_ticks_scored_one_by_one():
+    x, y = _toy(600)
+    clf = FailureClassifier(FEATURE_NAMES, max_iter=10).fit(x, y, x_val=x, y_val=y)
+    bundle = ModelBundle(RulesDetector(FEATURE_NAMES), clf)
+    batches = [FeatureBatch(60.0 * k, np.array(["n"] * 100, object), np.arange(100, dtype=np.int16),
+                            x[k * 100:(k + 1) * 100]) for k in range(6)]
+    together = score_batches(bundle, batches)
+    apart = [score_batches(bundle, [b])[0] for b in batches]
+    for a, b in zip(together, apart):
+        np.testing.assert_allclose(a.p_fail, b.p_fail, rtol=1e-6)
