@@ -79,6 +79,8 @@ class SimConfig:
     #: Recording start (2026-01-01T00:00:00Z), fixed so recordings are comparable.
     start_ts: float = 1767225600.0
     node_prefix: str = "gpu-node-"
+    #: explicit node names (overrides node_prefix numbering; length must equal nodes)
+    names: tuple[str, ...] = ()
     #: 1.0 = field rate; 150 puts ~0.57 interruptions per node-day, enough to train on.
     rate_multiplier: float = 150.0
     mix: dict[FaultClass, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
@@ -121,5 +123,9 @@ class SimConfig:
         return self.start_ts + self.n_ticks * self.interval_s
 
     def node_names(self) -> list[str]:
+        if self.names:
+            if len(self.names) != self.nodes:
+                raise ValueError(f"{len(self.names)} names given for {self.nodes} nodes")
+            return list(self.names)
         width = max(3, len(str(self.nodes)))
         return [f"{self.node_prefix}{i + 1:0{width}d}" for i in range(self.nodes)]

@@ -109,6 +109,7 @@ SOURCES: dict[str, str] = {
     "infiniband": "collector.sources.infiniband:InfinibandSource",
     "kmsg": "collector.sources.kmsg:KmsgSource",
     "dcgm": "collector.sources.dcgm:DcgmSource",
+    "simulated": "collector.sources.simulated:SimulatedSource",
 }
 
 
