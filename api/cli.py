@@ -13,7 +13,7 @@ import logging
 import typer
 
 #: Command modules, in help order. A module missing from the install is a bug, not a skip.
-COMMAND_MODULES = ("simulate", "agent", "train", "replay")
+COMMAND_MODULES = ("demo", "simulate", "replay", "train", "agent")
 
 
 def build_cli() -> typer.Typer:

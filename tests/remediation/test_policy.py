@@ -130,3 +130,10 @@ def test_policy_file_overrides_defaults(tmp_path):
     p.write_text("policy:\n  act_threshold: 0.9\n  act_threshold_by_fault: {thermal: 0.5}\n")
     cfg = load_policy_config(p)
     assert cfg.threshold_for(FaultClass.THERMAL) == 0.5 and cfg.threshold_for(FaultClass.NVLINK) == 0.9
+
+
+def test_the_shipped_example_policy_is_valid():
+    from pathlib import Path
+
+    cfg = load_policy_config(Path(__file__).resolve().parents[2] / "deploy" / "config" / "policy.example.yaml")
+    assert cfg.action_for(FaultClass.APP_ERROR) is Action.NONE and cfg.threshold_for(FaultClass.FAIL_SLOW) == 0.8
