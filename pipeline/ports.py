@@ -84,7 +84,7 @@ class PortWindowState:
     def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
         """Short- and long-window sums for port slots ``< n`` at *tick_end*."""
         self.ensure(n)
-        return self.ring.window(n, int(round(tick_end / self.bucket_s)), n_short)[:2]
+        return self.ring.window(n, int(round(tick_end / self.bucket_s)), n_short)[1:]
 
 
 class NodeXidState:
@@ -107,4 +107,4 @@ class NodeXidState:
     def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
         """Short- and long-window counts for nodes ``< n`` at *tick_end*."""
         self.ring.ensure(n)
-        return self.ring.window(n, int(round(tick_end / self.bucket_s)), n_short)[:2]
+        return self.ring.window(n, int(round(tick_end / self.bucket_s)), n_short)[1:]

@@ -82,20 +82,32 @@ class Ring:
             self.acc[:, :n][stale] = 0.0
         return buckets
 
-    def weighted_sums(self, n: int, weights: np.ndarray) -> np.ndarray:
-        """``Σ_pos weights[k, pos] · cell[pos, slot]`` for slots ``< n``: (k, n, n_stats).
+    def weighted_sums(self, n: int, weights: np.ndarray, stats: slice = slice(None)) -> list[np.ndarray]:
+        """``Σ_pos weights[k, pos] · cell[pos, slot, stats]`` for slots ``< n``: one (n, n_stats')
+        per row of *weights*, each read over the positions that row weighs.
 
-        One matrix product reads the ring once for every window and moment asked for.
+        Meant for a few columns (*stats*): the plain sums of every column come from
+        :meth:`window`. ``einsum`` over the ring view, not a BLAS product: no copy of the
+        ring, and no BLAS threads spinning against a busy core.
         """
-        flat = self.acc[:, :n].reshape(self.n_buckets, n * self.n_stats)
-        return (weights @ flat).reshape(len(weights), n, self.n_stats)
+        out = []
+        for w in weights:
+            pos = np.flatnonzero(w)
+            if len(pos) == self.n_buckets:
+                out.append(np.einsum("b,bsc->sc", w, self.acc[:, :n, stats]))
+            else:
+                out.append(np.einsum("b,bsc->sc", w[pos], self.acc[pos, :n, stats]))
+        return out
 
-    def window(self, n: int, b_end: int, n_short: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sums over the short and the long window ending before bucket *b_end*: two (n, n_stats)."""
+    def window(self, n: int, b_end: int, n_short: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Bucket index of every ring position (see :meth:`window_buckets`), and the sums over
+        the short and the long window ending before bucket *b_end*: two (n, n_stats)."""
         buckets = self.window_buckets(n, b_end)
-        w = np.stack([buckets >= b_end - n_short, np.ones(self.n_buckets, bool)]).astype(np.float64)
-        short, long = self.weighted_sums(n, w)
-        return short, long
+        cells = self.acc[:, :n]
+        long = cells.sum(axis=0)
+        pos = np.flatnonzero(buckets >= b_end - n_short)
+        short = cells[pos[0]].copy() if len(pos) == 1 else cells[pos].sum(axis=0)
+        return buckets, short, long
 
 
 def sort_order(ts: np.ndarray, slot: np.ndarray) -> np.ndarray:

@@ -61,7 +61,7 @@ def xid_class(codes: np.ndarray) -> np.ndarray:
 
 def _layout() -> dict[str, slice]:
     g, k = len(WINDOW_GAUGES), len(GPU_COUNTERS)
-    sizes = [("n", g), ("sx", g), ("sxx", g), ("st", g), ("stt", g), ("stx", g),
+    sizes = [("n", g), ("sx", g), ("st", g), ("sxx", g), ("stt", g), ("stx", g),  # n, Σx, Σt first: re-referenced
              ("cnt_delta", k), ("cnt_dt", k), ("thr_known", 1), ("thr_bits", len(THROTTLE_BITS)),
              ("samples", 1), ("xid", len(XID_CLASSES))]
     out, at = {}, 0
@@ -74,6 +74,7 @@ def _layout() -> dict[str, slice]:
 #: Stat name → columns of one ring cell.
 STATS = _layout()
 N_STATS = max(s.stop for s in STATS.values())
+_MOMENTS_STOP = max(STATS[k].stop for k in ("n", "sx", "st"))  # stats the slope re-referencing reads
 
 _GAUGE_IDX = np.array([GPU_COL[g] for g in WINDOW_GAUGES])
 _COUNTER_IDX = np.array([GPU_COL[c] for c in GPU_COUNTERS])
@@ -188,19 +189,18 @@ class GpuWindowState:
         slope can be read off the sums: Σ(t+o) = Σt + o·n, Σ(t+o)² = Σt² + 2o·Σt + o²·n,
         Σ(t+o)x = Σtx + o·Σx for a bucket starting o seconds before the end."""
         b_end = int(round(tick_end / self.bucket_s))
-        buckets = self.ring.window_buckets(n, b_end)
+        buckets, short, long = self.ring.window(n, b_end, n_short)
         o = (buckets - b_end) * self.bucket_s
         in_short = (buckets >= b_end - n_short).astype(np.float64)
-        w = np.stack([in_short, in_short * o, in_short * o * o, np.ones_like(o), o, o * o])
-        sums = self.ring.weighted_sums(n, w)
         n_, sx, st, stt, stx = (STATS[k] for k in ("n", "sx", "st", "stt", "stx"))
-        out = []
-        for plain, by_o, by_o2 in (sums[0:3], sums[3:6]):
+        ring = self.ring
+        for plain, wo in ((short, in_short * o), (long, o)):  # only n, Σx, Σt are re-referenced
+            by_o, = ring.weighted_sums(n, wo[None], slice(0, _MOMENTS_STOP))
+            by_o2, = ring.weighted_sums(n, (wo * o)[None], n_)
             plain[:, st] += by_o[:, n_]
-            plain[:, stt] += 2.0 * by_o[:, st] + by_o2[:, n_]
+            plain[:, stt] += 2.0 * by_o[:, st] + by_o2
             plain[:, stx] += by_o[:, sx]
-            out.append(plain)
-        return out[0], out[1]
+        return short, long
 
 
 def _pad(a: np.ndarray, cap: int, fill: float) -> np.ndarray:
