@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.columns import NET_STATE_COUNTERS, NetRows
-from pipeline.ring import Ring, counter_deltas, previous, runs, sort_order
+from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, previous, runs, sort_order
 from pipeline.state import XID_CLASSES, xid_class
 
 _K = len(NET_STATE_COUNTERS)
@@ -48,8 +48,15 @@ class PortWindowState:
 
     def update(self, rows: NetRows) -> None:
         """Fold one tick's port samples (any order) into the state."""
+        folded = self.fold(rows)
+        if folded is not None:
+            self.apply(folded, 0)
+
+    def fold(self, rows: NetRows, tick: np.ndarray | None = None) -> Folded | None:
+        """Port samples of one or more ticks reduced per tick, state untouched (see
+        :meth:`pipeline.state.GpuWindowState.fold`)."""
         if len(rows) == 0:
-            return
+            return None
         self.ensure(int(rows.port.max()) + 1)
         order = sort_order(rows.ts, rows.port)
         port, ts = rows.port[order], rows.ts[order]
@@ -62,10 +69,11 @@ class PortWindowState:
             self.duplicates += int(dup.sum())
             order, port, ts = order[~dup], port[~dup], ts[~dup]
             if len(order) == 0:
-                return
+                return None
+        tick = np.zeros(len(ts), np.int64) if tick is None else tick[order]
         vals, active = rows.vals[:, order], rows.active[order]
         b = np.floor(ts / self.bucket_s).astype(np.int64)
-        first, starts = runs(port, b)
+        first, starts = runs(port, b, tick)
         fp = port[first]
         delta = counter_deltas(vals, first, self.last_vals[:, fp])
         dt = ts - previous(ts, first, self.last_ts[fp])
@@ -76,10 +84,16 @@ class PortWindowState:
         sums[:, PORT_STATS["samples"]] = np.diff(np.append(starts, len(ts)))[:, None]
         sums[:, PORT_STATS["state_known"]] = np.add.reduceat((active >= 0).astype(np.float64), starts)[:, None]
         sums[:, PORT_STATS["not_active"]] = np.add.reduceat((active == 0).astype(np.float64), starts)[:, None]
-        self.ring.add_cells(port[starts], b[starts], sums)
-        last = np.flatnonzero(np.append(first[1:], True))
-        self.last_ts[port[last]] = ts[last]
-        self.last_vals[:, port[last]] = vals[:, last]
+        last = last_rows(first, tick)
+        return Folded(ByTick(tick[starts], (port[starts], b[starts], sums), (0, 0, 0)),
+                      ByTick(tick[last], (port[last], ts[last], vals[:, last]), (0, 0, 1)))
+
+    def apply(self, folded: Folded, k: int) -> None:
+        """Add tick *k* of :meth:`fold`'s result to the state (ticks in order)."""
+        self.ring.add_cells(*folded.cells.of(k))
+        lp, ts, vals = folded.lasts.of(k)
+        self.last_ts[lp] = ts
+        self.last_vals[:, lp] = vals
 
     def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
         """Short- and long-window sums for port slots ``< n`` at *tick_end*."""

@@ -122,20 +122,34 @@ class PortRegistry:
         return len(self.port_node)
 
     def slots_of(self, node_ids: np.ndarray, devices: np.ndarray, ports: np.ndarray) -> np.ndarray:
-        """Port slots of each row, creating the missing ones."""
-        out = np.empty(len(node_ids), np.int32)
+        """Port slots of each row, creating the missing ones (one dict lookup per distinct key,
+        in order of first appearance)."""
+        n = len(node_ids)
+        if n == 0:
+            return np.zeros(0, np.int32)
+        dev_codes, dev_uniques = pd.factorize(np.asarray(devices, dtype=object), sort=False)
+        node_ids = np.asarray(node_ids, np.int64)
+        ports = np.asarray(ports, np.int64)
+        # one int64 key per (node, device, port); factorize keeps the order of first appearance
+        width = np.int64(max(int(ports.max()) - int(ports.min()) + 1, 1))
+        dev_n = np.int64(len(dev_uniques) + 1)
+        key = (node_ids * dev_n + (dev_codes + 1)) * width + (ports - ports.min())
+        codes, first = _first_rows(key)
         ids = self._ids
-        for i, key in enumerate(zip(node_ids.tolist(), devices.tolist(), ports.tolist())):
-            s = ids.get(key)
+        table = np.empty(len(first), np.int32)
+        for u, (nid, dc, port) in enumerate(zip(node_ids[first].tolist(), dev_codes[first].tolist(),
+                                                ports[first].tolist())):
+            k = (nid, dev_uniques[dc] if dc >= 0 else None, port)
+            s = ids.get(k)
             if s is None:
-                s = ids[key] = len(self.keys)
-                self.keys.append(key)
+                s = ids[k] = len(self.keys)
+                self.keys.append(k)
                 if s >= self.capacity:
                     self.port_node = _grown(self.port_node, self.capacity * 2)
-                self.port_node[s] = key[0]
+                self.port_node[s] = nid
                 self._order = None
-            out[i] = s
-        return out
+            table[u] = s
+        return table[codes]
 
     def canonical_order(self) -> np.ndarray:
         """All port slots sorted by (node name, device, port); cached until one is added."""
@@ -144,6 +158,12 @@ class PortRegistry:
             self._order = np.array(sorted(range(self.n), key=lambda s: (names[self.keys[s][0]],) + self.keys[s][1:]),
                                    dtype=np.int32)
         return self._order
+
+
+def _first_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Code of each row's key (0, 1, … by first appearance) and the first row of each code."""
+    codes, _ = pd.factorize(key, sort=False)
+    return codes, np.unique(codes, return_index=True)[1]
 
 
 def _grown(a: np.ndarray, size: int) -> np.ndarray:

@@ -15,6 +15,8 @@ run into one cell — no Python loop per sample.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -123,9 +125,11 @@ def sort_order(ts: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return np.lexsort((ts, slot))
 
 
-def runs(slot: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def runs(slot: np.ndarray, b: np.ndarray | None = None, tick: np.ndarray | None = None
+         ) -> tuple[np.ndarray, np.ndarray]:
     """For rows sorted by slot (then ts): mask of each slot's first row, and the start
-    indices of each (slot, bucket) run when *b* is given (else of each slot run)."""
+    indices of each (slot, bucket) run when *b* is given (else of each slot run); with
+    *tick* (each row's scoring tick), a run also ends where the tick changes."""
     n = len(slot)
     first = np.ones(n, bool)
     np.not_equal(slot[1:], slot[:-1], out=first[1:])
@@ -133,7 +137,41 @@ def runs(slot: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, np.
         return first, np.flatnonzero(first)
     cell = first.copy()
     cell[1:] |= b[1:] != b[:-1]
+    if tick is not None:
+        cell[1:] |= tick[1:] != tick[:-1]
     return first, np.flatnonzero(cell)
+
+
+def last_rows(first: np.ndarray, tick: np.ndarray) -> np.ndarray:
+    """Index of each slot's last row in each tick (rows sorted by slot, then ts)."""
+    end = np.append(first[1:], True)
+    end[:-1] |= tick[1:] != tick[:-1]
+    return np.flatnonzero(end)
+
+
+@dataclass
+class Folded:
+    """Rows of one or more ticks reduced to ring cells (slot, bucket, sums) and each slot's
+    last row per tick (slot, ts, values), to add to a window state one tick at a time."""
+
+    cells: "ByTick"
+    lasts: "ByTick"
+
+
+class ByTick:
+    """Arrays of rows (row axis given per array) regrouped by tick, to hand out one tick
+    at a time. Rows keep their order inside a tick (stable)."""
+
+    def __init__(self, tick: np.ndarray, arrays: tuple[np.ndarray, ...], axes: tuple[int, ...]) -> None:
+        if len(tick) and not (tick == tick[0]).all():
+            order = np.argsort(tick, kind="stable")
+            tick = tick[order]
+            arrays = tuple(np.take(a, order, axis=ax) for a, ax in zip(arrays, axes))
+        self.tick, self.arrays, self.axes = tick, arrays, axes
+
+    def of(self, k: int) -> tuple[np.ndarray, ...]:
+        i0, i1 = np.searchsorted(self.tick, (k, k + 1))
+        return tuple(a[i0:i1] if ax == 0 else a[:, i0:i1] for a, ax in zip(self.arrays, self.axes))
 
 
 def previous(values: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ from collector.schema import (
     THROTTLE_SW_THERMAL,
 )
 from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
-from pipeline.ring import Ring, counter_deltas, previous, runs, sort_order
+from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, previous, runs, sort_order
 
 #: Gauges whose windows get level / spread / slope.
 WINDOW_GAUGES: tuple[str, ...] = ("temp_gpu_c", "temp_mem_c", "power_w", "sm_clock_mhz", "util_gpu")
@@ -115,8 +115,20 @@ class GpuWindowState:
         Rows are sorted by (slot, ts) here; a repeated (slot, ts) is counted in
         :attr:`duplicates` and ignored.
         """
+        folded = self.fold(rows)
+        if folded is not None:
+            self.apply(folded, 0)
+
+    def fold(self, rows: GpuRows, tick: np.ndarray | None = None) -> Folded | None:
+        """Reduce the samples of one or more ticks (*tick*: each row's tick, default all 0)
+        to ring cells and each slot's last sample, per tick, without changing the state.
+
+        :meth:`apply` of every tick in order then leaves exactly the state that
+        :meth:`update` tick by tick would: same rows, same sums, same order. Replay folds
+        a whole read window at once, so the per-call cost is paid once, not per tick.
+        """
         if len(rows) == 0:
-            return
+            return None
         self.ensure(int(rows.slot.max()) + 1)
         order = sort_order(rows.ts, rows.slot)
         slot, ts = rows.slot[order], rows.ts[order]
@@ -129,15 +141,16 @@ class GpuWindowState:
             self.duplicates += int(dup.sum())
             order, slot, ts = order[~dup], slot[~dup], ts[~dup]
             if len(order) == 0:
-                return
+                return None
         n = len(ts)
+        tick = np.zeros(n, np.int64) if tick is None else tick[order]
         # only the columns the ring needs, gathered one contiguous row at a time
         vals = np.empty((len(_RING_IDX), n))
         for i, j in enumerate(_RING_IDX):
             np.take(rows.vals[j], order, out=vals[i])
         x, cur, thr = vals[: len(_GAUGE_IDX)], vals[len(_GAUGE_IDX): -1], vals[-1]
         b = np.floor(ts / self.bucket_s).astype(np.int64)
-        first, starts = runs(slot, b)
+        first, starts = runs(slot, b, tick)
         first_slots = slot[first]
 
         sums = np.empty((len(starts), N_STATS))
@@ -166,13 +179,18 @@ class GpuWindowState:
         sums[:, STATS["thr_bits"]] = np.add.reduceat(bits.astype(np.float64), starts, axis=1).T
         sums[:, STATS["samples"]] = np.diff(np.append(starts, n))[:, None]
         sums[:, STATS["xid"]] = 0.0
-        self.ring.add_cells(slot[starts], b[starts], sums)
 
-        last = np.flatnonzero(np.append(first[1:], True))
-        ls = slot[last]
-        self.last_ts[ls] = ts[last]
-        self.last_vals[:, ls] = np.take(rows.vals, order[last], axis=1)
-        self.last_seen[ls] = np.maximum(self.last_seen[ls], ts[last])
+        last = last_rows(first, tick)
+        return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 0)),
+                      ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1)), (0, 0, 1)))
+
+    def apply(self, folded: Folded, k: int) -> None:
+        """Add tick *k* of :meth:`fold`'s result to the state (ticks in order)."""
+        self.ring.add_cells(*folded.cells.of(k))
+        ls, ts, vals = folded.lasts.of(k)
+        self.last_ts[ls] = ts
+        self.last_vals[:, ls] = vals
+        self.last_seen[ls] = np.maximum(self.last_seen[ls], ts)
 
     def add_xids(self, slots: np.ndarray, ts: np.ndarray, codes: np.ndarray) -> None:
         """Count XID events of known GPUs in their buckets."""

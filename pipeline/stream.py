@@ -27,6 +27,7 @@ from pipeline.features import compute_features
 from pipeline.frames import gpu_rows_from_frame, net_rows_from_frame, xid_rows_from_frame
 from pipeline.ports import NodeXidState, PortWindowState
 from pipeline.registry import Keys
+from pipeline.ring import Folded
 from pipeline.settings import PipelineSettings
 from pipeline.state import GpuWindowState
 
@@ -112,9 +113,10 @@ class FeaturePipeline:
         xid = XidRows.concat(self._xid) if self._xid else XidRows.empty()
         tk = [np.floor(r.ts / cad).astype(np.int64) for r in (gpu, net, xid)]
         due = np.unique(np.concatenate([t[t <= last_k] for t in tk]))
-        out = []
-        for k in due.tolist():
-            out.append(self._close_tick(k, *(_rows_of_tick(r, t, k) for r, t in zip((gpu, net, xid), tk))))
+        # GPU and port rows of every due tick are reduced in one pass; ticks then apply in order
+        gpu_f = self.gpu_state.fold(*_due(gpu, tk[0], last_k))
+        net_f = self.port_state.fold(*_due(net, tk[1], last_k))
+        out = [self._close_tick(k, gpu_f, net_f, _rows_of_tick(xid, tk[2], k)) for k in due.tolist()]
         rest = [np.flatnonzero(t > last_k) for t in tk]
         self._gpu, self._net, self._xid = ([] if len(i) == 0 else [r] if len(i) == len(r) else [r.take(i)]
                                            for r, i in zip((gpu, net, xid), rest))
@@ -130,11 +132,13 @@ class FeaturePipeline:
         cad = self.settings.cadence_s
         return self.advance((math.floor(newest / cad) + 1) * cad)
 
-    def _close_tick(self, k: int, gpu: GpuRows, net: NetRows, xid: XidRows) -> FeatureBatch:
+    def _close_tick(self, k: int, gpu: Folded | None, net: Folded | None, xid: XidRows) -> FeatureBatch:
         s = self.settings
         tick_end = (k + 1) * s.cadence_s
-        self.gpu_state.update(gpu)
-        self.port_state.update(net)
+        if gpu is not None:
+            self.gpu_state.apply(gpu, k)
+        if net is not None:
+            self.port_state.apply(net, k)
         if len(xid):
             on_gpu = xid.gpu >= 0
             slots = self.keys.gpus.slots_of(xid.node[on_gpu], xid.gpu[on_gpu])
@@ -156,6 +160,15 @@ class FeaturePipeline:
     def state_bytes(self) -> int:
         """Bytes of window state (bounded by the number of GPUs and ports, not by time)."""
         return self.gpu_state.nbytes + self.port_state.nbytes + self.node_xids.nbytes
+
+
+def _due(rows: Any, tick: np.ndarray, last_k: int) -> tuple[Any, np.ndarray]:
+    """The rows of ticks up to *last_k*, and their ticks."""
+    due = tick <= last_k
+    if due.all():
+        return rows, tick
+    idx = np.flatnonzero(due)
+    return rows.take(idx), tick[idx]
 
 
 def _rows_of_tick(rows: Any, tick: np.ndarray, k: int) -> Any:
