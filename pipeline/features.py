@@ -98,8 +98,9 @@ _CNT = {c: i for i, c in enumerate(GPU_COUNTERS)}
 
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+    """a / b where b > 0, else NaN (one pass; nothing is divided where b is not > 0)."""
+    out = np.full(np.broadcast_shapes(np.shape(a), np.shape(b)), np.nan)
+    return np.divide(a, b, out=out, where=b > 0)
 
 
 def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: NodeXidState,
@@ -157,9 +158,11 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     uniq, grp = np.unique(nodes, return_inverse=True)
     put("node_gpus_scored", np.bincount(grp, minlength=len(uniq))[grp])
     short_mean = means["short"]
+    node_med = {g: group_median(short_mean[:, WINDOW_GAUGES.index(g)], grp, len(uniq))
+                for g in {p[1] for p in _PEERS + _FLEET}}  # one median per node and gauge
     for name, g, _, _ in _PEERS:
         own = short_mean[:, WINDOW_GAUGES.index(g)]
-        med = group_median(own, grp, len(uniq))[grp]
+        med = node_med[g][grp]
         if name.startswith("temp"):
             v = own - med
         elif name.startswith("util"):
@@ -170,8 +173,7 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
             v = _div(np.abs(own - med), med)
         put(name, v)
     for name, g, floor in _FLEET:
-        node_val = group_median(short_mean[:, WINDOW_GAUGES.index(g)], grp, len(uniq))
-        put(name, robust_z(node_val, floor)[grp])
+        put(name, robust_z(node_med[g], floor)[grp])
 
     _net_features(put, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short)
     return x

@@ -31,8 +31,9 @@ def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.nd
 
 def median(values: np.ndarray) -> float:
     """Median of the finite values (NaN when none)."""
-    v = values[np.isfinite(values)]
-    return float(np.median(v)) if len(v) else float("nan")
+    v = np.sort(values[np.isfinite(values)])  # what np.median does, without its overhead
+    m = len(v)
+    return float(0.5 * (v[(m - 1) // 2] + v[m // 2])) if m else float("nan")
 
 
 def robust_z(values: np.ndarray, floor: float) -> np.ndarray:
