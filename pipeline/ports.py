@@ -77,10 +77,17 @@ class PortWindowState:
         fp = port[first]
         delta = counter_deltas(vals, first, self.last_vals[:, fp])
         dt = ts - previous(ts, first, self.last_ts[fp])
-        known = np.isfinite(delta) & np.isfinite(dt)
+        dt_ok = np.isfinite(dt)
+        known = np.isfinite(delta) & dt_ok
         sums = np.empty((len(starts), N_PORT_STATS))
         sums[:, PORT_STATS["cnt_delta"]] = np.add.reduceat(np.where(known, delta, 0.0), starts, axis=1).T
-        sums[:, PORT_STATS["cnt_dt"]] = np.add.reduceat(np.where(known, dt, 0.0), starts, axis=1).T
+        own = (~known & dt_ok).any(axis=1)  # counters unknown somewhere dt is known sum their own Σdt
+        col = PORT_STATS["cnt_dt"]
+        if not own.all():
+            sums[:, col] = np.add.reduceat(np.where(dt_ok, dt, 0.0), starts)[:, None]
+        if own.any():
+            sums[:, np.arange(col.start, col.stop)[own]] = np.add.reduceat(
+                np.where(known[own], dt, 0.0), starts, axis=1).T
         sums[:, PORT_STATS["samples"]] = np.diff(np.append(starts, len(ts)))[:, None]
         sums[:, PORT_STATS["state_known"]] = np.add.reduceat((active >= 0).astype(np.float64), starts)[:, None]
         sums[:, PORT_STATS["not_active"]] = np.add.reduceat((active == 0).astype(np.float64), starts)[:, None]

@@ -158,20 +158,34 @@ class GpuWindowState:
         t = ts - b * self.bucket_s
         ok = np.isfinite(x)
         x0 = np.where(ok, x, 0.0)
-        okf = ok.astype(np.float64)
-        for name, w in (("n", okf), ("sx", x0), ("sxx", x0 * x0), ("st", okf * t),
-                        ("stt", okf * (t * t)), ("stx", x0 * t)):
+        for name, w in (("sx", x0), ("sxx", x0 * x0), ("stx", x0 * t)):
             sums[:, STATS[name]] = np.add.reduceat(w, starts, axis=1).T
+        # n, Σt, Σt² are the same for every gauge without a missing value: summed once for those
+        some = ~ok.all(axis=1)
+        for name, w in (("n", None), ("st", t), ("stt", t * t)):
+            col = STATS[name]
+            if not some.all():
+                sums[:, col] = np.add.reduceat(np.ones(n) if w is None else w, starts)[:, None]
+            if some.any():
+                okf = ok[some].astype(np.float64)
+                sums[:, np.arange(col.start, col.stop)[some]] = np.add.reduceat(
+                    okf if w is None else okf * w, starts, axis=1).T
         # counters: increments with reset handling, and the time they cover
         delta = counter_deltas(cur, first, self.last_vals[_COUNTER_IDX][:, first_slots])
         dt = ts - previous(ts, first, self.last_ts[first_slots])
+        dt_ok = np.isfinite(dt)
         unknown = ~np.isfinite(delta)
-        unknown |= ~np.isfinite(dt)
+        unknown |= ~dt_ok
         delta[unknown] = 0.0
         sums[:, STATS["cnt_delta"]] = np.add.reduceat(delta, starts, axis=1).T
-        dt = np.broadcast_to(dt, delta.shape).copy()
-        dt[unknown] = 0.0
-        sums[:, STATS["cnt_dt"]] = np.add.reduceat(dt, starts, axis=1).T
+        # Σdt over known rows: shared by every counter known wherever dt is
+        own = (unknown & dt_ok).any(axis=1)
+        col = STATS["cnt_dt"]
+        if not own.all():
+            sums[:, col] = np.add.reduceat(np.where(dt_ok, dt, 0.0), starts)[:, None]
+        if own.any():
+            sums[:, np.arange(col.start, col.stop)[own]] = np.add.reduceat(
+                np.where(unknown[own], 0.0, dt), starts, axis=1).T
         # throttle bits
         thr_ok = np.isfinite(thr)
         bits = (np.where(thr_ok, thr, 0).astype(np.int64)[None, :] & _THR_MASKS[:, None]) != 0
