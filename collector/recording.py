@@ -208,17 +208,21 @@ class Recording:
 
     # -- streaming
 
-    def iter_windows(self, window_s: float, *, start: float | None = None, end: float | None = None
-                     ) -> Iterator[RecordingWindow]:
+    def iter_windows(self, window_s: float, *, start: float | None = None, end: float | None = None,
+                     align: float | None = None) -> Iterator[RecordingWindow]:
         """Yield consecutive windows of *window_s* seconds covering the recording.
 
         The range defaults to the data's own [min ts, max ts] (falling back to the
         manifest). Each window holds only its own rows; empty windows are skipped.
+        With *align*, window bounds are multiples of it (the start is rounded down), so a
+        consumer with *align*-second ticks never sees a tick split across two windows.
         """
         if not window_s > 0:
             raise ValueError("window_s must be > 0")
         lo, hi = self._time_range()
         lo = lo if start is None else start
+        if align:
+            lo = math.floor(lo / align) * align
         hi = hi if end is None else end
         events = self.events()
         readers = {rt: t.reader(lo, window_s, self.sort_budget_bytes) for rt, t in self._tables.items()}
