@@ -1,9 +1,13 @@
 """Failure-in-horizon classifier: P(this GPU fails within the horizon), its fault class, and why.
 
-A ``HistGradientBoostingClassifier`` over the pipeline's features predicts one of
-:data:`~models.base.CLASSES` (``none`` or a node fault). The probability of *any*
-fault, ``1 - P(none)``, is calibrated with isotonic regression on a held-out
-(later-in-time) split, so a threshold means what it says. Explanations are the
+Two gradient-boosted models over the pipeline's features:
+
+* a binary ``HistGradientBoostingClassifier`` gives P(any node fault within the
+  horizon) for every row, calibrated with isotonic regression on a held-out
+  (later-in-time) split so a threshold means what it says;
+* a multi-class one, trained on failing rows only, names the fault class; it runs
+  only on rows whose probability reaches ``class_min_p`` (a few per tick), so scoring
+  every GPU costs one tree per boosting round instead of one per class. Explanations are the
 features of the predicted class that sit furthest outside their healthy range,
 written so an on-call engineer can read them ("ecc_sbe_per_h_long = 41 (healthy
 p99 0)").
@@ -17,7 +21,7 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.isotonic import IsotonicRegression
 
-from .base import CLASSES, NO_FAULT, Detector, DetectorOutput
+from .base import NO_FAULT, Detector, DetectorOutput
 
 #: features listed per class in explanations (strongest separating first)
 EXPLAIN_TOP = 10
@@ -28,12 +32,16 @@ class FailureClassifier(Detector):
 
     kind = "classifier"
 
-    def __init__(self, feature_names: Sequence[str], *, max_iter: int = 250, learning_rate: float = 0.08,
-                 max_leaf_nodes: int = 31, l2_regularization: float = 1.0, seed: int = 0):
+    def __init__(self, feature_names: Sequence[str], *, max_iter: int = 200, learning_rate: float = 0.1,
+                 max_leaf_nodes: int = 31, l2_regularization: float = 1.0, seed: int = 0,
+                 class_min_p: float = 0.02):
         super().__init__(feature_names)
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
                            l2_regularization=l2_regularization, random_state=seed)
+        #: rows below this calibrated probability get no fault class (not worth the second model)
+        self.class_min_p = class_min_p
         self.model: HistGradientBoostingClassifier | None = None
+        self.class_model: HistGradientBoostingClassifier | None = None
         self.calibrator: IsotonicRegression | None = None
         self.healthy_q: np.ndarray | None = None  # (3, F): p1, p50, p99 of healthy rows
         self.explain_features: dict[int, list[int]] = {}
@@ -43,8 +51,12 @@ class FailureClassifier(Detector):
              w_val: np.ndarray | None = None, **kw: Any) -> None:
         if y is None:
             raise ValueError("the classifier needs labels")
+        target = (y != NO_FAULT).astype(np.int8)
         self.model = HistGradientBoostingClassifier(early_stopping=False, **self.params)
-        self.model.fit(x, y, sample_weight=sample_weight)
+        self.model.fit(x, target, sample_weight=sample_weight)
+        pos = target == 1
+        self.class_model = HistGradientBoostingClassifier(early_stopping=False, **(self.params | {"max_iter": 80}))
+        self.class_model.fit(x[pos], y[pos])
         self._fit_explanations(x, y)
         if x_val is not None and y_val is not None and len(np.unique(y_val != NO_FAULT)) == 2:
             raw = self._raw_any(x_val)
@@ -65,21 +77,18 @@ class FailureClassifier(Detector):
                 self.explain_features[int(k)] = [int(i) for i in np.argsort(-strength)[:EXPLAIN_TOP]
                                                  if strength[i] > 0]
 
-    def _proba(self, x: np.ndarray) -> np.ndarray:
-        assert self.model is not None
-        p = self.model.predict_proba(x)
-        full = np.zeros((len(x), len(CLASSES)), np.float32)
-        full[:, self.model.classes_.astype(int)] = p
-        return full
-
     def _raw_any(self, x: np.ndarray) -> np.ndarray:
-        return 1.0 - self._proba(x)[:, NO_FAULT]
+        assert self.model is not None
+        return self.model.predict_proba(x)[:, 1]
 
     def _score(self, x: np.ndarray) -> DetectorOutput:
-        proba = self._proba(x)
-        raw = 1.0 - proba[:, NO_FAULT]
-        p = self.calibrator.predict(raw).astype(np.float32) if self.calibrator is not None else raw
-        fault = (np.argmax(proba[:, 1:], axis=1) + 1).astype(np.int8)
+        assert self.class_model is not None
+        raw = self._raw_any(x)
+        p = self.calibrator.predict(raw).astype(np.float32) if self.calibrator is not None else raw.astype(np.float32)
+        fault = np.zeros(len(x), np.int8)
+        risky = np.flatnonzero(p >= self.class_min_p)
+        if risky.size:
+            fault[risky] = self.class_model.predict(x[risky]).astype(np.int8)
         return DetectorOutput(p, fault, {"raw": raw.astype(np.float32)})
 
     def explain(self, row: np.ndarray, fault: int, k: int = 3) -> str:
@@ -101,12 +110,14 @@ class FailureClassifier(Detector):
         return ", ".join(parts)
 
     def get_state(self) -> dict[str, Any]:
-        return {"params": self.params, "model": self.model, "calibrator": self.calibrator,
+        return {"params": self.params, "class_min_p": self.class_min_p, "model": self.model,
+                "class_model": self.class_model, "calibrator": self.calibrator,
                 "healthy_q": self.healthy_q, "explain_features": self.explain_features}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.params = state["params"]
         self.model, self.calibrator = state["model"], state["calibrator"]
+        self.class_model, self.class_min_p = state["class_model"], state["class_min_p"]
         self.healthy_q, self.explain_features = state["healthy_q"], {int(k): v for k, v in
                                                                      state["explain_features"].items()}
         self.fitted = self.model is not None

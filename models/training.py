@@ -2,10 +2,11 @@
 
 Each recording is replayed through :class:`pipeline.stream.FeaturePipeline` (so the
 model sees exactly the features the service computes). Rows are labelled from
-``incidents.jsonl`` (:mod:`models.labels`). Every positive row and every "hard"
-negative (a confounder is active: application XIDs, steady SBEs, congestion, a hot
-or slow GPU…) is kept; other healthy rows are sampled at ``negative_keep`` and
-weighted by its inverse, so probabilities stay calibrated to the real base rate.
+``incidents.jsonl`` (:mod:`models.labels`). Every positive row is kept; "hard"
+negatives (a confounder is active: application XIDs, steady SBEs, congestion, a hot
+or slow GPU…) are sampled at ``hard_negative_keep`` and other healthy rows at
+``negative_keep``, each weighted by the inverse of its keep rate, so probabilities
+stay calibrated to the real base rate.
 
 The split is by time, per recording: the first ``1 - val_fraction`` of the recording
 trains, the rest validates and calibrates, and a gap as long as the longest feature
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 #: (feature, threshold): a healthy row with any of these above threshold is a hard negative.
 HARD_NEGATIVE = (("xid_app_count_long", 0), ("ecc_sbe_per_h_long", 0), ("pcie_replay_per_min_long", 0),
                  ("nvlink_crc_per_min_long", 0), ("net_symbol_error_per_min_long", 0),
-                 ("net_port_xmit_wait_per_min_short", 1e6), ("temp_gpu_c_mean_short", 72),
+                 ("net_port_xmit_wait_per_min_short", 1e6), ("temp_gpu_c_mean_short", 78),
                  ("sm_clock_deficit_vs_peers", 0.1), ("util_deficit_vs_peers", 15),
                  ("remapped_rows_corr_total", 0), ("throttle_sw_thermal_frac_long", 0))
 
@@ -57,8 +58,10 @@ class TrainSettings:
     val_fraction: float = 0.3
     #: gap between train and validation, s (>= the pipeline's long window: no leakage)
     gap_s: float = 1800.0
-    #: fraction of ordinary healthy rows kept (weight 1/keep); positives and hard negatives are all kept
-    negative_keep: float = 0.04
+    #: fraction of ordinary healthy rows kept (weight 1/keep); positives are all kept
+    negative_keep: float = 0.03
+    #: fraction of hard negatives kept (weight 1/keep): confounders are over-represented, not all kept
+    hard_negative_keep: float = 0.35
     #: recording read window, s (memory ~ one window of rows)
     window_s: float = 3600.0
     seed: int = 0
@@ -111,9 +114,11 @@ def collect(path: str | Path, settings: TrainSettings, train: Dataset, val: Data
             hard = np.zeros(len(x), bool)
             for c, t in hard_cols:
                 hard |= x[:, c] > t
-        sampled = rng.random(len(x)) < settings.negative_keep
-        sel = keep & ((y != NO_FAULT) | hard | sampled)
-        w = np.where((y != NO_FAULT) | hard, 1.0, 1.0 / settings.negative_keep)
+        u = rng.random(len(x))
+        pos = y != NO_FAULT
+        keep_p = np.where(pos, 1.0, np.where(hard, settings.hard_negative_keep, settings.negative_keep))
+        sel = keep & (u < keep_p)
+        w = 1.0 / keep_p
         (train if batch.ts < split else val).add(x[sel], y[sel], w[sel])
         counts["rows"] += len(x)
         counts["kept"] += int(sel.sum())

@@ -64,6 +64,11 @@ class PolicyConfig(BaseModel):
         1800.0, ge=0, description="...and only after its scores stayed below clear_threshold this long, s.")
     clear_threshold: float = Field(
         0.1, ge=0, le=1, description="Probability (0-1) under which a held node counts as healthy again.")
+    model_retry_window_s: float = Field(
+        86400.0, ge=0,
+        description="After gpuops acted on a node on a *prediction* and the node came back healthy, further "
+        "predictions for it within this many seconds only alert: the prediction was wrong once (a confounder "
+        "such as a steady low SBE rate), so a person decides. Rules on hard evidence still act. 24 h.")
     actions: dict[FaultClass, Action] = Field(default_factory=lambda: dict(DEFAULT_ACTIONS),
                                               description="Action per predicted fault class.")
     use_model: bool = Field(True, description="False: rules only (the reactive baseline).")

@@ -8,7 +8,9 @@ approval, adapters) is the engine's; this module only decides, per node and tick
    resumed once it has been out ``min_hold_s`` and healthy for ``resume_after_s``;
 2. a rule that fired (fatal XID, hard threshold) acts at once with the rule's action;
 3. a predicted failure acts when its calibrated probability stayed above the fault's
-   threshold for ``act_ticks`` ticks, with the action configured for the fault;
+   threshold for ``act_ticks`` ticks, with the action configured for the fault — once
+   per ``model_retry_window_s``: a node that came back healthy after a predicted action
+   only alerts on the next prediction (the prediction was wrong; a person decides);
 4. otherwise a probability above ``alert_threshold`` or a strong anomaly alerts a
    person (rate-limited per node), changing nothing on the cluster.
 """
@@ -58,6 +60,7 @@ class NodeState:
     held_since: float | None = None   # telemetry time gpuops drained/reset it
     healthy_since: float | None = None
     last_alert: float = -math.inf
+    predicted_action_at: float | None = None  # last action taken on a prediction (retry cap)
 
 
 @dataclass(frozen=True)
@@ -103,28 +106,31 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         since = (ns.healthy_since if ns.healthy_since is not None else now) if healthy else None
         if since is not None and now - ns.held_since >= cfg.min_hold_s and now - since >= cfg.resume_after_s:
             reason = f"healthy for {(now - since) / 60:.0f} min after gpuops took it out"
-            return NodeState(last_alert=ns.last_alert), [
+            return NodeState(last_alert=ns.last_alert, predicted_action_at=ns.predicted_action_at), [
                 Decision(now, name, None, Action.RESUME, None, p, reason, "policy")]
         return replace(ns, healthy_since=since), []
     if rule >= 0:                                       # 2. hard evidence: act now
         action = s.rule_action[i]
-        return NodeState(held_since=now, last_alert=ns.last_alert), [
+        return NodeState(held_since=now, last_alert=ns.last_alert, predicted_action_at=ns.predicted_action_at), [
             Decision(now, name, int(s.rule_gpu[i]), action, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule")]
     fault = s.fault_class(i)
     if fault is not None and p >= cfg.threshold_for(fault):   # 3. predicted failure, sustained
         ns = replace(ns, above_ticks=ns.above_ticks + 1)
         action = cfg.action_for(fault)
-        if ns.above_ticks >= cfg.act_ticks and action in (Action.DRAIN, Action.RESET, Action.REQUEUE):
+        retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
+        if ns.above_ticks >= cfg.act_ticks and action in (Action.DRAIN, Action.RESET, Action.REQUEUE) and not retried:
             held = now if action in (Action.DRAIN, Action.RESET) else None
-            return NodeState(held_since=held, last_alert=ns.last_alert), [
+            return NodeState(held_since=held, last_alert=ns.last_alert, predicted_action_at=now), [
                 Decision(now, name, int(s.gpu[i]), action, fault, p, explain(i, "model"), "model")]
     else:
         ns = replace(ns, above_ticks=0)
     if now - ns.last_alert < cfg.alert_interval_s:      # 4. tell a person, rate-limited
         return ns, []
     if p >= cfg.alert_threshold:
-        return replace(ns, last_alert=now), [
-            Decision(now, name, int(s.gpu[i]), Action.ALERT, fault, p, explain(i, "model"), "model")]
+        why = explain(i, "model")
+        if ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s:
+            why += " (gpuops already acted on this node on a prediction that did not come true: a person decides)"
+        return replace(ns, last_alert=now), [Decision(now, name, int(s.gpu[i]), Action.ALERT, fault, p, why, "model")]
     if anomaly >= cfg.anomaly_alert:
         return replace(ns, last_alert=now), [
             Decision(now, name, None, Action.ALERT, None, anomaly, explain(i, "anomaly"), "anomaly")]

@@ -137,3 +137,25 @@ def test_the_shipped_example_policy_is_valid():
 
     cfg = load_policy_config(Path(__file__).resolve().parents[2] / "deploy" / "config" / "policy.example.yaml")
     assert cfg.action_for(FaultClass.APP_ERROR) is Action.NONE and cfg.threshold_for(FaultClass.FAIL_SLOW) == 0.8
+
+
+def test_a_node_that_came_back_healthy_after_a_predicted_action_only_alerts_on_the_next_prediction():
+    cfg = CFG.model_copy(update={"model_retry_window_s": 86400.0, "alert_interval_s": 0.0})
+    st, out = PolicyState(), []
+    timeline = [0.9, 0.9] + [0.01] * 20 + [0.9] * 5   # act, hold + resume, then predicted again
+    for k, p in enumerate(timeline):
+        d, st = decide(scores(p=(p,)), st, 60.0 * k, cfg, explain)
+        out += [(x.action, x.source) for x in d]
+    assert out[0] == (Action.ALERT, "model") and out[1] == (Action.DRAIN, "model")
+    assert (Action.RESUME, "policy") in out
+    after = out[out.index((Action.RESUME, "policy")) + 1:]
+    assert Action.DRAIN not in [a for a, _ in after] and (Action.ALERT, "model") in after
+
+
+def test_hard_evidence_still_acts_after_a_wrong_prediction():
+    st = PolicyState()
+    for k, p in enumerate([0.9, 0.9] + [0.01] * 20):
+        _, st = decide(scores(p=(p,)), st, 60.0 * k, CFG, explain)
+    d, st = decide(scores(rule=(0,), rule_fault=("gpu_off_bus",), rule_action=(Action.DRAIN,)), st, 3000.0, CFG,
+                   explain)
+    assert [x.action for x in d] == [Action.DRAIN]
