@@ -127,4 +127,7 @@ def frame_block(df: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
 
 def nullable_ints(s: Any, fill: int, dtype: Any) -> np.ndarray:
     """A nullable integer column (pandas Int16/float/object) → numpy ints, null → *fill*."""
-    return pd.Series(s).astype("Float64").fillna(fill).to_numpy(np.float64).astype(dtype)
+    s = pd.Series(s)
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind in "iu":  # plain numpy integers: no nulls
+        return s.to_numpy().astype(dtype, copy=False)
+    return s.astype("Float64").fillna(fill).to_numpy(np.float64).astype(dtype)

@@ -24,13 +24,26 @@ from pipeline.columns import (
 from pipeline.registry import Keys
 
 
+def _node_ids(s: pd.Series, keys: Keys) -> np.ndarray:
+    """Node ids of a node-name column; a categorical one (as recordings are read) is looked
+    up once per category instead of once per row."""
+    if isinstance(s.dtype, pd.CategoricalDtype) and not s.hasnans:
+        return keys.nodes.ids_of(s.cat.categories.to_numpy(object))[s.cat.codes.to_numpy()]
+    return keys.nodes.ids_of(s.to_numpy(object))
+
+
+def _strings(s: pd.Series) -> np.ndarray | pd.Categorical:
+    """A string column for factorizing: categorical data as is (no object array per row)."""
+    return s.array if isinstance(s.dtype, pd.CategoricalDtype) else s.to_numpy(object)
+
+
 def gpu_rows_from_frame(df: pd.DataFrame, keys: Keys, max_gpus: int) -> tuple[GpuRows, int]:
     """GPU samples of *df* as :class:`GpuRows`, and how many rows had an unusable GPU index."""
     if df is None or len(df) == 0:
         return GpuRows.empty(), 0
     gpu = nullable_ints(df["gpu"], -1, np.int64)
     ok = (gpu >= 0) & (gpu < max_gpus)
-    nodes = keys.nodes.ids_of(df["node"].to_numpy(object))
+    nodes = _node_ids(df["node"], keys)
     vals = frame_block(df, GPU_VALUE_COLUMNS)
     ts = df["ts"].to_numpy(np.float64)
     n_bad = int((~ok).sum())
@@ -43,8 +56,8 @@ def net_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> NetRows:
     """Port samples of *df* as :class:`NetRows`."""
     if df is None or len(df) == 0:
         return NetRows.empty()
-    nodes = keys.nodes.ids_of(df["node"].to_numpy(object))
-    ports = keys.ports.slots_of(nodes, df["device"].to_numpy(object), nullable_ints(df["port"], -1, np.int64))
+    nodes = _node_ids(df["node"], keys)
+    ports = keys.ports.slots_of(nodes, _strings(df["device"]), nullable_ints(df["port"], -1, np.int64))
     state = df["link_state"].to_numpy(object) if "link_state" in df.columns else np.full(len(df), None, object)
     return NetRows(df["ts"].to_numpy(np.float64), ports, link_active_flags(state),
                    frame_block(df, NET_STATE_COUNTERS))

@@ -127,7 +127,9 @@ class PortRegistry:
         n = len(node_ids)
         if n == 0:
             return np.zeros(0, np.int32)
-        dev_codes, dev_uniques = pd.factorize(np.asarray(devices, dtype=object), sort=False)
+        dev_codes, dev_uniques = pd.factorize(devices if isinstance(devices, pd.Categorical)
+                                              else np.asarray(devices, dtype=object), sort=False)
+        dev_uniques = np.asarray(dev_uniques, dtype=object)
         node_ids = np.asarray(node_ids, np.int64)
         ports = np.asarray(ports, np.int64)
         # one int64 key per (node, device, port); factorize keeps the order of first appearance
