@@ -3,8 +3,9 @@
 Two gradient-boosted models over the pipeline's features:
 
 * a binary ``HistGradientBoostingClassifier`` gives P(any node fault within the
-  horizon) for every row, calibrated with isotonic regression on a held-out
-  (later-in-time) split so a threshold means what it says;
+  horizon) for every row, calibrated on a held-out (later-in-time) split by Platt
+  scaling (a logistic fit on the log-odds: monotone and smooth; isotonic regression on
+  the few incidents of a validation split makes plateaus that cap the probability);
 * a multi-class one, trained on failing rows only, names the fault class; it runs
   only on rows whose probability reaches ``class_min_p`` (a few per tick), so scoring
   every GPU costs one tree per boosting round instead of one per class. Explanations are the
@@ -19,12 +20,28 @@ from typing import Any, Sequence
 
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
 
 from .base import NO_FAULT, Detector, DetectorOutput
 
 #: features listed per class in explanations (strongest separating first)
 EXPLAIN_TOP = 10
+
+#: Feature-name fragments whose growth can only mean *more* risk: error rates and counts,
+#: hardware throttling, failure XIDs, links down, being slower/hotter than peers. The
+#: failure probability is constrained to be non-decreasing in them, so a storm of PCIe
+#: replays never looks healthier than a trickle — trees would otherwise learn whatever
+#: shape the few incidents of a class happen to have.
+MONOTONE_UP = ("ecc_sbe_per_h", "ecc_dbe", "retired_pages", "remapped_rows", "row_remap", "pcie_replay",
+               "nvlink_", "thermal_violation", "throttle_hw_", "xid_hbm", "xid_off_bus", "xid_nvlink",
+               "net_symbol_error", "net_link_error_recovery", "net_link_downed", "net_port_rcv_errors",
+               "net_port_rcv_remote_physical", "net_local_link_integrity", "net_ports_not_active",
+               "sm_clock_deficit_vs_peers", "temp_gpu_excess_vs_peers")
+
+
+def monotone_constraints(feature_names: Sequence[str]) -> list[int]:
+    """+1 for features in :data:`MONOTONE_UP`, else 0 (unconstrained)."""
+    return [1 if any(k in n for k in MONOTONE_UP) else 0 for n in feature_names]
 
 
 class FailureClassifier(Detector):
@@ -42,7 +59,7 @@ class FailureClassifier(Detector):
         self.class_min_p = class_min_p
         self.model: HistGradientBoostingClassifier | None = None
         self.class_model: HistGradientBoostingClassifier | None = None
-        self.calibrator: IsotonicRegression | None = None
+        self.calibrator: LogisticRegression | None = None
         self.healthy_q: np.ndarray | None = None  # (3, F): p1, p50, p99 of healthy rows
         self.explain_features: dict[int, list[int]] = {}
 
@@ -52,16 +69,17 @@ class FailureClassifier(Detector):
         if y is None:
             raise ValueError("the classifier needs labels")
         target = (y != NO_FAULT).astype(np.int8)
-        self.model = HistGradientBoostingClassifier(early_stopping=False, **self.params)
+        self.model = HistGradientBoostingClassifier(early_stopping=False,
+                                                    monotonic_cst=monotone_constraints(self.feature_names),
+                                                    **self.params)
         self.model.fit(x, target, sample_weight=sample_weight)
         pos = target == 1
-        self.class_model = HistGradientBoostingClassifier(early_stopping=False, **(self.params | {"max_iter": 80}))
+        self.class_model = HistGradientBoostingClassifier(early_stopping=False, **(self.params | {"max_iter": 150}))
         self.class_model.fit(x[pos], y[pos])
         self._fit_explanations(x, y)
         if x_val is not None and y_val is not None and len(np.unique(y_val != NO_FAULT)) == 2:
-            raw = self._raw_any(x_val)
-            self.calibrator = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
-            self.calibrator.fit(raw, (y_val != NO_FAULT).astype(float), sample_weight=w_val)
+            self.calibrator = LogisticRegression(C=1e4)
+            self.calibrator.fit(_logit(self._raw_any(x_val)), (y_val != NO_FAULT).astype(int), sample_weight=w_val)
 
     def _fit_explanations(self, x: np.ndarray, y: np.ndarray) -> None:
         healthy = x[y == NO_FAULT]
@@ -84,7 +102,7 @@ class FailureClassifier(Detector):
     def _score(self, x: np.ndarray) -> DetectorOutput:
         assert self.class_model is not None
         raw = self._raw_any(x)
-        p = self.calibrator.predict(raw).astype(np.float32) if self.calibrator is not None else raw.astype(np.float32)
+        p = (self.calibrator.predict_proba(_logit(raw))[:, 1] if self.calibrator is not None else raw).astype(np.float32)
         fault = np.zeros(len(x), np.int8)
         risky = np.flatnonzero(p >= self.class_min_p)
         if risky.size:
@@ -121,6 +139,11 @@ class FailureClassifier(Detector):
         self.healthy_q, self.explain_features = state["healthy_q"], {int(k): v for k, v in
                                                                      state["explain_features"].items()}
         self.fitted = self.model is not None
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    q = np.clip(p.astype(np.float64), 1e-7, 1 - 1e-7)
+    return np.log(q / (1 - q))[:, None]
 
 
 def _fmt(v: float) -> str:

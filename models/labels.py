@@ -31,9 +31,11 @@ class LabelSettings:
 
     #: longest lead the classifier is asked to predict, s (6 h: the longest HBM precursors).
     horizon_s: float = 6 * 3600
-    #: rows of a failed node this long after the failure are left out of training, s
-    #: (a broken / in-repair node is neither a precursor nor healthy).
-    exclude_after_s: float = 3 * 3600
+    #: rows of a failed node this long after the failure are left out of training, s.
+    #: A broken / in-repair node is neither a precursor nor healthy: calling it healthy
+    #: teaches the model that a replay storm or a hot node is normal. Recordings do not
+    #: say when repair ended, so this must exceed repair times (2-6 h in field reports).
+    exclude_after_s: float = 8 * 3600
 
 
 def label_rows(ts: np.ndarray, node: np.ndarray, gpu: np.ndarray, incidents: Sequence[dict[str, Any]],

@@ -144,3 +144,19 @@ def test_many_ticks_scored_at_once_equal_ticks_scored_one_by_one():
     apart = [score_batches(bundle, [b])[0] for b in batches]
     for a, b in zip(together, apart):
         np.testing.assert_allclose(a.p_fail, b.p_fail, rtol=1e-6)
+
+
+def test_failure_probability_never_drops_as_an_error_rate_grows():
+    rng = np.random.default_rng(2)
+    x = np.zeros((4000, F), np.float32)
+    x[:, col("util_gpu_mean_short")] = rng.uniform(0, 100, len(x))
+    y = np.zeros(len(x), np.int8)
+    # only moderate replay rates are ever seen failing; a naive tree model would call a storm healthy
+    sick = rng.random(len(x)) < 0.1
+    x[sick, col("pcie_replay_per_min_short")] = rng.uniform(50, 200, sick.sum())
+    y[sick] = class_index("pcie")
+    clf = FailureClassifier(FEATURE_NAMES, max_iter=30).fit(x, y, x_val=x, y_val=y)
+    probe = np.zeros((6, F), np.float32)
+    probe[:, col("pcie_replay_per_min_short")] = [0, 10, 60, 150, 1000, 10000]
+    p = clf.score(probe).p
+    assert np.all(np.diff(p) >= 0) and p[-1] > 0.5
