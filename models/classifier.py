@@ -49,12 +49,16 @@ class FailureClassifier(Detector):
 
     kind = "classifier"
 
-    def __init__(self, feature_names: Sequence[str], *, max_iter: int = 200, learning_rate: float = 0.1,
-                 max_leaf_nodes: int = 31, l2_regularization: float = 1.0, seed: int = 0,
-                 class_min_p: float = 0.02):
+    def __init__(self, feature_names: Sequence[str], *, max_iter: int = 300, learning_rate: float = 0.1,
+                 max_leaf_nodes: int = 15, min_samples_leaf: int = 100, l2_regularization: float = 5.0,
+                 max_features: float = 0.5, seed: int = 0, class_min_p: float = 0.02):
         super().__init__(feature_names)
+        # small, strongly regularised trees with feature subsampling: a fleet gives only a few
+        # incidents per class, and bigger trees learn their incidental conjunctions (a power
+        # slope, a temperature level) instead of the error signals
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
-                           l2_regularization=l2_regularization, random_state=seed)
+                           min_samples_leaf=min_samples_leaf, l2_regularization=l2_regularization,
+                           max_features=max_features, random_state=seed)
         #: rows below this calibrated probability get no fault class (not worth the second model)
         self.class_min_p = class_min_p
         self.model: HistGradientBoostingClassifier | None = None
@@ -74,7 +78,8 @@ class FailureClassifier(Detector):
                                                     **self.params)
         self.model.fit(x, target, sample_weight=sample_weight)
         pos = target == 1
-        self.class_model = HistGradientBoostingClassifier(early_stopping=False, **(self.params | {"max_iter": 150}))
+        self.class_model = HistGradientBoostingClassifier(
+            early_stopping=False, **(self.params | {"max_iter": 150, "min_samples_leaf": 20}))
         self.class_model.fit(x[pos], y[pos])
         self._fit_explanations(x, y)
         if x_val is not None and y_val is not None and len(np.unique(y_val != NO_FAULT)) == 2:
