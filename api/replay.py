@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-import numpy as np
 
 from collector.recording import open_recording
 from models.base import CLASSES
@@ -174,7 +173,3 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
             out[who] = {k: x[k] for k in ("recall", "predictive_recall", "median_lead_s",
                                           "false_actions_per_1k_node_days", "caught", "node_fault_incidents")}
     return out
-
-
-def _nan_to_none(v: Any) -> Any:
-    return None if isinstance(v, float) and not np.isfinite(v) else v

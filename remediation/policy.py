@@ -24,7 +24,6 @@ from typing import Any, Callable
 import numpy as np
 
 from collector.schema import Action, FaultClass
-from models.base import CLASSES
 from models.node_scores import NodeScores
 
 from .config import PolicyConfig

@@ -109,7 +109,7 @@ class FleetPlan:
 def plan_fleet(cfg: SimConfig) -> FleetPlan:
     """Draw a fleet for ``cfg.seed`` (deterministic)."""
     rng = np.random.default_rng([cfg.seed, 0x9E3779B9])
-    N, Gn, T, P = cfg.nodes, cfg.gpus_per_node, cfg.n_ticks, cfg.ports_per_node
+    N, Gn, P = cfg.nodes, cfg.gpus_per_node, cfg.ports_per_node
     G = N * Gn
     names = cfg.node_names()
     uu = rng.integers(0, 2**63, size=(G, 2), dtype=np.int64)
