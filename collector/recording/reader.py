@@ -1,130 +1,34 @@
-"""Recordings: read and write shared/spec/recording.md exactly.
-
-A recording is a directory::
-
-    manifest.json     required
-    gpu.parquet       required   (a file, or a directory of Parquet files)
-    net.parquet       optional   (idem)
-    events.jsonl      optional   (or events.jsonl.gz)
-    incidents.jsonl   optional   (or incidents.jsonl.gz)
-
-Reading is streaming: :func:`iter_windows` yields consecutive time windows, sorted
-by ``ts``, holding only one window in memory. Files written in time order (this
-module's writer, most collectors) are read with Parquet row-group pruning; unsorted
-files small enough to sort in memory are sorted once; larger unsorted ones are
-first partitioned by window into a temporary directory (one sequential pass), so a
-recording larger than memory can be replayed.
-
-Rows that break the telemetry contract are not fatal: they are counted and kept,
-with their reason, in :attr:`RecordingWindow.rejected` (the caller dead-letters them).
-"""
+"""Streaming reads of a recording by time window (pruned, sorted in memory, or spilled to disk)."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import math
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator
 
 import numpy as np
-import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from collector.schema import (
-    NODE_NAME_RE,
-    RecordType,
-    arrow_schema,
-    empty_frame,
-    validate_frame,
-    validate_incident,
-)
+from collector.schema import RecordType, empty_frame, validate_frame, validate_incident
+
+from .jsonl import jsonl_path, read_jsonl
+from .manifest import Manifest, RecordingError
 
 log = logging.getLogger(__name__)
-
-FORMAT_NAME = "gpu-telemetry-recording"
-FORMAT_VERSION = 1
 
 #: Unsorted tables estimated below this many bytes in memory are sorted in RAM;
 #: above it they are spilled to disk by window. 2 GiB leaves room on a 24 GiB box
 #: for the pipeline while covering a day of a 256-GPU fleet at 10 s.
 DEFAULT_SORT_BUDGET_BYTES = 2 << 30
-
-
-class RecordingError(ValueError):
-    """A recording that cannot be read as spec/recording.md describes (permanent)."""
-
-
-# --------------------------------------------------------------------------- manifest
-
-
-@dataclass
-class Manifest:
-    """``manifest.json``: what the recording covers."""
-
-    start: float
-    end: float
-    interval_s: float
-    nodes: list[str]
-    gpus_per_node: int
-    source: str = ""
-    format: str = FORMAT_NAME
-    version: int = FORMAT_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def node_days(self) -> float:
-        return len(self.nodes) * max(self.end - self.start, 0.0) / 86400.0
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        extra = d.pop("extra")
-        d.update(extra)
-        return {k: d[k] for k in ("format", "version", "start", "end", "interval_s", "nodes",
-                                  "gpus_per_node", "source")} | extra
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str = "manifest.json") -> "Manifest":
-        """Validate and build; every problem raises :class:`RecordingError` naming it."""
-        if not isinstance(obj, dict):
-            raise RecordingError(f"{where}: must be a JSON object")
-        if obj.get("format") != FORMAT_NAME:
-            raise RecordingError(f"{where}: 'format' is {obj.get('format')!r}, expected {FORMAT_NAME!r}")
-        if obj.get("version") != FORMAT_VERSION:
-            raise RecordingError(f"{where}: unsupported version {obj.get('version')!r} "
-                                 f"(this reader supports {FORMAT_VERSION})")
-        for key in ("start", "end", "interval_s"):
-            v = obj.get(key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise RecordingError(f"{where}: '{key}' must be a finite number, got {v!r}")
-        if obj["end"] < obj["start"]:
-            raise RecordingError(f"{where}: 'end' ({obj['end']}) is before 'start' ({obj['start']})")
-        if obj["interval_s"] <= 0:
-            raise RecordingError(f"{where}: 'interval_s' must be > 0")
-        nodes = obj.get("nodes")
-        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
-            raise RecordingError(f"{where}: 'nodes' must be a list of node names")
-        bad = [n for n in nodes if not NODE_NAME_RE.match(n)]
-        if bad:
-            raise RecordingError(f"{where}: malformed node names {bad[:3]}")
-        gpn = obj.get("gpus_per_node")
-        if isinstance(gpn, bool) or not isinstance(gpn, int) or gpn < 0:
-            raise RecordingError(f"{where}: 'gpus_per_node' must be a non-negative integer, got {gpn!r}")
-        known = {"format", "version", "start", "end", "interval_s", "nodes", "gpus_per_node", "source"}
-        return cls(start=float(obj["start"]), end=float(obj["end"]), interval_s=float(obj["interval_s"]),
-                   nodes=list(nodes), gpus_per_node=gpn, source=str(obj.get("source", "")),
-                   extra={k: v for k, v in obj.items() if k not in known})
-
-
-# --------------------------------------------------------------------------- reading
 
 
 @dataclass
@@ -169,11 +73,11 @@ class Recording:
     def events(self) -> pd.DataFrame:
         """All events (validated, sorted by ts); empty when the recording has none."""
         if self._events is None:
-            p = _jsonl_path(self.path, "events")
+            p = jsonl_path(self.path, "events")
             if p is None:
                 self._events = empty_frame(RecordType.EVENT)
             else:
-                rows, bad = _read_jsonl(p)
+                rows, bad = read_jsonl(p)
                 df = pd.DataFrame(rows) if rows else pd.DataFrame({c: [] for c in RecordType.EVENT.column_names})
                 res = validate_frame(df, RecordType.EVENT)
                 if res.n_rejected or bad:
@@ -184,10 +88,10 @@ class Recording:
 
     def incidents(self) -> list[dict[str, Any]] | None:
         """Ground-truth incidents, or ``None`` when the recording has no incidents file."""
-        p = _jsonl_path(self.path, "incidents")
+        p = jsonl_path(self.path, "incidents")
         if p is None:
             return None
-        rows, bad = _read_jsonl(p)
+        rows, bad = read_jsonl(p)
         out = []
         for i, r in enumerate(rows):
             why = validate_incident(r)
@@ -466,154 +370,3 @@ def _conform_table(tbl: pa.Table, schema: pa.Schema) -> pa.Table:
     cols = [tbl.column(f.name).cast(f.type) if f.name in tbl.schema.names else pa.nulls(tbl.num_rows, f.type)
             for f in schema]
     return pa.Table.from_arrays(cols, schema=schema)
-
-
-def _jsonl_path(root: Path, stem: str) -> Path | None:
-    for name in (f"{stem}.jsonl", f"{stem}.jsonl.gz"):
-        if (root / name).is_file():
-            return root / name
-    return None
-
-
-def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Parse a JSON-lines file (plain or gzip); returns (objects, reasons for bad lines)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    rows, bad = [], []
-    with opener(path, "rb") as fh:
-        for i, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                bad.append(f"line {i}: not valid JSON ({e})")
-                continue
-            if not isinstance(obj, dict):
-                bad.append(f"line {i}: not a JSON object")
-                continue
-            rows.append(obj)
-    return rows, bad
-
-
-# --------------------------------------------------------------------------- writing
-
-
-class RecordingWriter:
-    """Writes a recording incrementally (tables appended in chunks, in time order).
-
-    Use as a context manager; the manifest is written last, on a clean close, so a
-    crashed writer leaves no directory that looks complete.
-    """
-
-    def __init__(self, path: str | Path, manifest: Manifest, *, compression: str = "lz4",
-                 gzip_jsonl: bool = False, row_group_rows: int = 1 << 17):
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.manifest = manifest
-        self.compression = compression
-        self.row_group_rows = row_group_rows
-        self._writers: dict[RecordType, pq.ParquetWriter] = {}
-        self._schemas: dict[RecordType, pa.Schema] = {}
-        suffix = ".jsonl.gz" if gzip_jsonl else ".jsonl"
-        self._jsonl = {"events": self.path / f"events{suffix}", "incidents": self.path / f"incidents{suffix}"}
-        self._jsonl_fh: dict[str, Any] = {}
-
-    def write_table(self, rtype: RecordType | str, df: pd.DataFrame) -> None:
-        """Append rows of a GPU or net table (columns per the contract, extras kept)."""
-        rtype = RecordType(rtype)
-        if rtype is RecordType.EVENT:
-            raise ValueError("events go to write_events()")
-        if df.empty:
-            return
-        if rtype not in self._writers:
-            extra = [(c, pa.Schema.from_pandas(df[[c]], preserve_index=False).field(c).type)
-                     for c in df.columns if c not in rtype.column_names]
-            self._schemas[rtype] = arrow_schema(rtype, extra)
-            self._writers[rtype] = pq.ParquetWriter(self.path / f"{rtype.value}.parquet",
-                                                    self._schemas[rtype], compression=self.compression)
-        schema = self._schemas[rtype]
-        tbl = pa.Table.from_pandas(_conform(df, schema), schema=schema, preserve_index=False)
-        self._writers[rtype].write_table(tbl, row_group_size=self.row_group_rows)
-
-    def write_arrow(self, rtype: RecordType | str, table: pa.Table) -> None:
-        """Append an Arrow table already in the contract's schema (the simulator's fast path)."""
-        rtype = RecordType(rtype)
-        if table.num_rows == 0:
-            return
-        if rtype not in self._writers:
-            self._schemas[rtype] = table.schema
-            self._writers[rtype] = pq.ParquetWriter(self.path / f"{rtype.value}.parquet", table.schema,
-                                                    compression=self.compression)
-        self._writers[rtype].write_table(table.cast(self._schemas[rtype]), row_group_size=self.row_group_rows)
-
-    def write_events(self, events: Iterable[Mapping[str, Any]]) -> None:
-        self._write_jsonl("events", events)
-
-    def write_incidents(self, incidents: Iterable[Mapping[str, Any]]) -> None:
-        self._write_jsonl("incidents", incidents)
-
-    def _write_jsonl(self, stem: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        fh = self._jsonl_fh.get(stem)
-        if fh is None:
-            p = self._jsonl[stem]
-            fh = self._jsonl_fh[stem] = gzip.open(p, "wb") if p.suffix == ".gz" else open(p, "wb")
-        for r in rows:
-            clean = {k: _json_value(v) for k, v in r.items()}
-            fh.write(orjson.dumps(clean, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-
-    def close(self) -> None:
-        for w in self._writers.values():
-            w.close()
-        for fh in self._jsonl_fh.values():
-            fh.close()
-        if RecordType.GPU not in self._writers:  # spec: gpu.parquet is required, even if empty
-            schema = arrow_schema(RecordType.GPU)
-            pq.write_table(schema.empty_table(), self.path / "gpu.parquet")
-        (self.path / "manifest.json").write_text(json.dumps(self.manifest.to_json(), indent=2) + "\n")
-
-    def __enter__(self) -> "RecordingWriter":
-        return self
-
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            for w in self._writers.values():
-                w.close()
-            for fh in self._jsonl_fh.values():
-                fh.close()
-
-
-def _json_value(v: Any) -> Any:
-    if v is None or v is pd.NA or (isinstance(v, float) and not math.isfinite(v)):
-        return None
-    return v
-
-
-def _conform(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
-    """Columns in schema order; missing optional ones added as null."""
-    out = {}
-    n = len(df)
-    for f in schema:
-        if f.name in df.columns:
-            out[f.name] = df[f.name]
-        else:
-            out[f.name] = pd.Series([None] * n, dtype=object) if pa.types.is_string(f.type) else np.full(n, np.nan)
-    return pd.DataFrame(out)
-
-
-def write_recording(path: str | Path, manifest: Manifest, gpu: pd.DataFrame, net: pd.DataFrame | None = None,
-                    events: Sequence[Mapping[str, Any]] | pd.DataFrame | None = None,
-                    incidents: Sequence[Mapping[str, Any]] | None = None, **kw: Any) -> Path:
-    """Write a whole recording at once (small recordings, tests, conversions)."""
-    with RecordingWriter(path, manifest, **kw) as w:
-        w.write_table(RecordType.GPU, gpu)
-        if net is not None:
-            w.write_table(RecordType.NET, net)
-        if events is not None:
-            rows = events.to_dict("records") if isinstance(events, pd.DataFrame) else events
-            w.write_events(rows)
-        if incidents is not None:
-            w.write_incidents(incidents)
-    return Path(path)
