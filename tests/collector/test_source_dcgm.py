@@ -49,10 +49,8 @@ def test_series_without_a_gpu_label_and_unexported_fields_stay_null(shared_fixtu
     assert row["ecc_dbe_vol"] is None and row["nvlink_crc_flit_err"] is None
 
 
-def test_every_dcgm_field_of_the_spec_table_is_mapped_to_its_column() -> None:
-    spec = REPO.parent / "shared" / "spec" / "telemetry.md"
-    if not spec.is_file():
-        pytest.skip(f"spec not found at {spec}")
+def test_every_dcgm_field_of_the_spec_table_is_mapped_to_its_column(shared_fixtures: Path) -> None:
+    spec = shared_fixtures.parent / "spec" / "telemetry.md"  # skips locally / fails in CI with the fixtures
     section = spec.read_text().split("## 1.", 1)[1].split("## 2.", 1)[0]
     pairs = re.findall(r"^\| (\w+) \|[^|]*\|[^|]*\| (DCGM_FI_\w+)", section, re.M)
     assert len(pairs) >= 28
