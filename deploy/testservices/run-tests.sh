@@ -52,8 +52,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ---- 1. python packages -----------------------------------------------------------------
-if ! "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4' >/dev/null 2>&1; then
-  log "installing gpuops with pip (editable, [test,report])"
+# installed, with its test extras, and from *this* checkout (the `gpuops` command that tests run
+# in subprocesses must be this tree's code, not another clone's editable install)
+installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
+if [[ "$installed_from" != "$(pwd -P)" ]]; then
+  log "installing gpuops with pip (editable, [test,report]) from $(pwd -P)"
   "$PYTHON" -m pip install -q -e '.[test,report]'
 fi
 
