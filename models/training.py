@@ -145,7 +145,7 @@ def train_bundle(recordings: Sequence[str | Path], settings: TrainSettings = Tra
     clf.fit(xt, yt, sample_weight=wt, x_val=xv, y_val=yv, w_val=wv)
     anomaly = AnomalyDetector(FEATURE_NAMES, seed=settings.seed).fit(xt, yt, x_val=xv, y_val=yv)
     metrics = validation_metrics(clf, xv, yv, wv)
-    meta = {"training": {"recordings": [str(r) for r in recordings], "settings": _jsonable(asdict(settings)),
+    meta = {"training": {"recordings": [str(r) for r in recordings], "settings": asdict(settings),
                          "rows": per_rec, "train_rows": int(len(yt)), "val_rows": int(len(yv)),
                          "seconds": round(time.perf_counter() - t0, 1)}}
     return ModelBundle(RulesDetector(FEATURE_NAMES), clf, anomaly, metadata=meta, metrics=metrics)
@@ -169,8 +169,3 @@ def validation_metrics(clf: FailureClassifier, x: np.ndarray, y: np.ndarray, w: 
             "brier": float(np.average((out.p - target) ** 2, weights=w)),
             "per_class": per_class}
 
-
-def _jsonable(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: _jsonable(v) for k, v in d.items()}
-    return d

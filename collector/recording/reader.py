@@ -14,7 +14,6 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
@@ -177,24 +176,54 @@ def open_recording(path: str | Path, **kw: Any) -> Recording:
     return Recording(path, **kw)
 
 
+@dataclass(frozen=True)
+class _RowGroup:
+    """One Parquet row group: where it is, its ts range from the footer, its size."""
+
+    file: pq.ParquetFile
+    index: int
+    lo: float   # -inf / +inf when the footer has no usable ts statistics
+    hi: float
+    nbytes: int
+
+    @property
+    def has_range(self) -> bool:
+        return math.isfinite(self.lo) and math.isfinite(self.hi)
+
+
 class _Table:
-    """A Parquet file or directory of files, with its unified schema."""
+    """A Parquet file or directory of files, with its unified schema and row-group index."""
 
     def __init__(self, path: Path, rtype: RecordType, dataset: pads.Dataset, schema: pa.Schema):
         self.path, self.rtype, self.dataset, self.schema = path, rtype, dataset, schema
+        self.row_groups: list[_RowGroup] = []
+        for frag in dataset.get_fragments():  # footers only: no data is read here
+            pf = pq.ParquetFile(frag.path)
+            idx = pf.schema_arrow.get_field_index("ts")
+            for i in range(pf.metadata.num_row_groups):
+                rg = pf.metadata.row_group(i)
+                st = rg.column(idx).statistics
+                lo, hi = (st.min, st.max) if st is not None and st.has_min_max else (-math.inf, math.inf)
+                self.row_groups.append(_RowGroup(pf, i, lo, hi, rg.total_byte_size))
+
+    def ordered(self) -> bool:
+        """Row groups follow each other in ts order (so windows can be served by pruning)."""
+        prev_hi = -math.inf
+        for rg in self.row_groups:
+            if not rg.has_range or rg.lo < prev_hi:
+                return False
+            prev_hi = rg.hi
+        return True
 
     def ts_range(self) -> tuple[float, float]:
-        tbl = self.dataset.to_table(columns=["ts"])
-        if tbl.num_rows == 0:
+        if not self.row_groups:
             return math.inf, -math.inf
-        mm = pc.min_max(tbl["ts"])
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if lo is None or not math.isfinite(lo) or not math.isfinite(hi):
-            # non-finite ts rows are rejected later; the range comes from the finite ones
-            arr = tbl["ts"].to_numpy(zero_copy_only=False).astype("float64")
-            arr = arr[np.isfinite(arr)]
-            return (float(arr.min()), float(arr.max())) if arr.size else (math.inf, -math.inf)
-        return float(lo), float(hi)
+        if all(rg.has_range for rg in self.row_groups):
+            return min(rg.lo for rg in self.row_groups), max(rg.hi for rg in self.row_groups)
+        # statistics missing or non-finite ts present: scan; non-finite rows are rejected later
+        arr = self.dataset.to_table(columns=["ts"])["ts"].to_numpy(zero_copy_only=False).astype("float64")
+        arr = arr[np.isfinite(arr)]
+        return (float(arr.min()), float(arr.max())) if arr.size else (math.inf, -math.inf)
 
     def reader(self, lo: float, window_s: float, budget: int) -> "_WindowReader":
         return _WindowReader(self, lo, window_s, budget)
@@ -239,12 +268,11 @@ class _WindowReader:
     def __init__(self, table: _Table, lo: float, window_s: float, budget: int):
         self.t, self.lo, self.w = table, lo, window_s
         self._mem: pd.DataFrame | None = None
-        self._mem_idx: np.ndarray | None = None
         self._spill: Path | None = None
+        self._cache: dict[tuple[int, int], pa.Table] = {}
         self.mode = "prune"
-        self._index_row_groups()
-        if not self._row_groups_ordered():
-            est = self._estimated_bytes()
+        if not table.ordered():
+            est = 2 * sum(rg.nbytes for rg in table.row_groups)  # Arrow -> pandas roughly doubles
             if est <= budget:
                 self.mode = "memory"
             else:
@@ -253,28 +281,17 @@ class _WindowReader:
                 self._spill = Path(tempfile.mkdtemp(prefix="gpuops-recording-"))
                 self._partition()
 
-    def _index_row_groups(self) -> None:
-        """(file, row group, min ts, max ts) of every row group, from Parquet metadata."""
-        self._rg: list[tuple[pq.ParquetFile, int, float, float]] = []
-        for frag in self.t.dataset.get_fragments():
-            pf = pq.ParquetFile(frag.path)
-            idx = pf.schema_arrow.get_field_index("ts")
-            for i in range(pf.metadata.num_row_groups):
-                st = pf.metadata.row_group(i).column(idx).statistics
-                lo, hi = (st.min, st.max) if st is not None and st.has_min_max else (-math.inf, math.inf)
-                self._rg.append((pf, i, lo, hi))
-        self._cache: dict[tuple[int, int], pa.Table] = {}
-
     def _pruned(self, a: float, b: float, first: bool) -> pd.DataFrame:
         """Rows with a <= ts < b, reading only the row groups whose ts range overlaps."""
         tables = []
         cache: dict[tuple[int, int], pa.Table] = {}
-        for pf, i, lo, hi in self._rg:
-            if hi < a or lo >= b:
-                if not (first and not (math.isfinite(lo) and math.isfinite(hi))):
-                    continue
-            key = (id(pf), i)
-            tbl = self._cache.get(key) or pf.read_row_group(i)
+        for rg in self.t.row_groups:
+            if (rg.hi < a or rg.lo >= b) and not (first and not rg.has_range):
+                continue
+            key = (id(rg.file), rg.index)
+            tbl = self._cache.get(key)
+            if tbl is None:
+                tbl = rg.file.read_row_group(rg.index)
             cache[key] = tbl
             ts = tbl.column("ts").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
             with np.errstate(invalid="ignore"):
@@ -290,27 +307,6 @@ class _WindowReader:
             return self.t.schema.empty_table().to_pandas()
         tbl = pa.concat_tables([_conform_table(t, self.t.schema) for t in tables])
         return tbl.to_pandas(strings_to_categorical=True, split_blocks=True, self_destruct=True)
-
-    def _row_groups_ordered(self) -> bool:
-        prev_max = -math.inf
-        for frag in self.t.dataset.get_fragments():
-            md = frag.metadata
-            idx = md.schema.to_arrow_schema().get_field_index("ts")
-            for i in range(md.num_row_groups):
-                st = md.row_group(i).column(idx).statistics
-                if st is None or not st.has_min_max:
-                    return False
-                if st.min < prev_max:
-                    return False
-                prev_max = st.max
-        return True
-
-    def _estimated_bytes(self) -> int:
-        total = 0
-        for frag in self.t.dataset.get_fragments():
-            md = frag.metadata
-            total += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-        return total * 2  # Arrow → pandas roughly doubles
 
     def _partition(self) -> None:
         assert self._spill is not None
