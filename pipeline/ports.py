@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.columns import NET_STATE_COUNTERS, NetRows
-from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, previous, runs, sort_order
+from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, new_samples_order, previous, runs
 from pipeline.state import XID_CLASSES, xid_class
 
 _K = len(NET_STATE_COUNTERS)
@@ -58,18 +58,10 @@ class PortWindowState:
         if len(rows) == 0:
             return None
         self.ensure(int(rows.port.max()) + 1)
-        order = sort_order(rows.ts, rows.port)
-        port, ts = rows.port[order], rows.ts[order]
-        first, _ = runs(port)
-        dup = ~first
-        dup[1:] &= ts[1:] == ts[:-1]
-        dup[0] = False
-        dup |= ts <= self.last_ts[port]
-        if dup.any():
-            self.duplicates += int(dup.sum())
-            order, port, ts = order[~dup], port[~dup], ts[~dup]
-            if len(order) == 0:
-                return None
+        order, port, ts, n_dup = new_samples_order(rows.ts, rows.port, self.last_ts)
+        self.duplicates += n_dup
+        if len(order) == 0:
+            return None
         tick = np.zeros(len(ts), np.int64) if tick is None else tick[order]
         vals, active = rows.vals[:, order], rows.active[order]
         b = np.floor(ts / self.bucket_s).astype(np.int64)

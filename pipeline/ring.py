@@ -125,6 +125,26 @@ def sort_order(ts: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return np.lexsort((ts, slot))
 
 
+def new_samples_order(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Rows sorted by (slot, ts) without repeats: a second sample of a slot at the same ts,
+    or one at or before the slot's last folded sample (the same sample sent again).
+
+    Returns (order into the input rows, their slots, their ts, how many rows were dropped).
+    """
+    order = sort_order(ts, slot)
+    slot, ts = slot[order], ts[order]
+    first, _ = runs(slot)
+    dup = ~first
+    dup[1:] &= ts[1:] == ts[:-1]
+    dup[0] = False
+    dup |= ts <= last_ts[slot]
+    if not dup.any():
+        return order, slot, ts, 0
+    keep = ~dup
+    return order[keep], slot[keep], ts[keep], int(dup.sum())
+
+
 def runs(slot: np.ndarray, b: np.ndarray | None = None, tick: np.ndarray | None = None
          ) -> tuple[np.ndarray, np.ndarray]:
     """For rows sorted by slot (then ts): mask of each slot's first row, and the start

@@ -29,7 +29,7 @@ from collector.schema import (
     THROTTLE_SW_THERMAL,
 )
 from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
-from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, previous, runs, sort_order
+from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, new_samples_order, previous, runs
 
 #: Gauges whose windows get level / spread / slope.
 WINDOW_GAUGES: tuple[str, ...] = ("temp_gpu_c", "temp_mem_c", "power_w", "sm_clock_mhz", "util_gpu")
@@ -130,18 +130,10 @@ class GpuWindowState:
         if len(rows) == 0:
             return None
         self.ensure(int(rows.slot.max()) + 1)
-        order = sort_order(rows.ts, rows.slot)
-        slot, ts = rows.slot[order], rows.ts[order]
-        first, _ = runs(slot)
-        dup = ~first
-        dup[1:] &= ts[1:] == ts[:-1]
-        dup[0] = False
-        dup |= ts <= self.last_ts[slot]  # already folded in (the same sample sent again)
-        if dup.any():
-            self.duplicates += int(dup.sum())
-            order, slot, ts = order[~dup], slot[~dup], ts[~dup]
-            if len(order) == 0:
-                return None
+        order, slot, ts, n_dup = new_samples_order(rows.ts, rows.slot, self.last_ts)
+        self.duplicates += n_dup
+        if len(order) == 0:
+            return None
         n = len(ts)
         tick = np.zeros(n, np.int64) if tick is None else tick[order]
         # only the columns the ring needs, gathered one contiguous row at a time
