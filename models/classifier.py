@@ -23,6 +23,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 
 from .base import NO_FAULT, Detector, DetectorOutput
+from .treeeval import BoostedTrees
 
 #: features listed per class in explanations (strongest separating first)
 EXPLAIN_TOP = 10
@@ -66,6 +67,7 @@ class FailureClassifier(Detector):
         self.calibrator: LogisticRegression | None = None
         self.healthy_q: np.ndarray | None = None  # (3, F): p1, p50, p99 of healthy rows
         self.explain_features: dict[int, list[int]] = {}
+        self._compiled: tuple[BoostedTrees, BoostedTrees] | None = None  # built from the models on first score
 
     def _fit(self, x: np.ndarray, y: np.ndarray | None, *, sample_weight: np.ndarray | None,
              x_val: np.ndarray | None = None, y_val: np.ndarray | None = None,
@@ -77,6 +79,7 @@ class FailureClassifier(Detector):
                                                     monotonic_cst=monotone_constraints(self.feature_names),
                                                     **self.params)
         self.model.fit(x, target, sample_weight=sample_weight)
+        self._compiled = None
         pos = target == 1
         self.class_model = HistGradientBoostingClassifier(
             early_stopping=False, **(self.params | {"max_iter": 150, "min_samples_leaf": 20}))
@@ -100,9 +103,15 @@ class FailureClassifier(Detector):
                 self.explain_features[int(k)] = [int(i) for i in np.argsort(-strength)[:EXPLAIN_TOP]
                                                  if strength[i] > 0]
 
+    def _trees(self) -> tuple[BoostedTrees, BoostedTrees]:
+        """The two models as compiled tables (same outputs as scikit-learn, ~20x cheaper)."""
+        if self._compiled is None:
+            assert self.model is not None and self.class_model is not None
+            self._compiled = BoostedTrees.from_sklearn(self.model), BoostedTrees.from_sklearn(self.class_model)
+        return self._compiled
+
     def _raw_any(self, x: np.ndarray) -> np.ndarray:
-        assert self.model is not None
-        return self.model.predict_proba(x)[:, 1]
+        return self._trees()[0].proba_binary(x)
 
     def _score(self, x: np.ndarray) -> DetectorOutput:
         assert self.class_model is not None
@@ -111,7 +120,7 @@ class FailureClassifier(Detector):
         fault = np.zeros(len(x), np.int8)
         risky = np.flatnonzero(p >= self.class_min_p)
         if risky.size:
-            fault[risky] = self.class_model.predict(x[risky]).astype(np.int8)
+            fault[risky] = self._trees()[1].predict_class(x[risky], self.class_model.classes_).astype(np.int8)
         return DetectorOutput(p, fault, {"raw": raw.astype(np.float32)})
 
     def explain(self, row: np.ndarray, fault: int, k: int = 3) -> str:
@@ -140,6 +149,7 @@ class FailureClassifier(Detector):
     def set_state(self, state: dict[str, Any]) -> None:
         self.params = state["params"]
         self.model, self.calibrator = state["model"], state["calibrator"]
+        self._compiled = None
         self.class_model, self.class_min_p = state["class_model"], state["class_min_p"]
         self.healthy_q, self.explain_features = state["healthy_q"], {int(k): v for k, v in
                                                                      state["explain_features"].items()}
