@@ -16,6 +16,7 @@ only from directories you trust, as with any scikit-learn model.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,7 +25,7 @@ from typing import Any, Sequence
 
 import joblib
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from pipeline.features import FEATURE_NAMES
 
@@ -60,8 +61,8 @@ class ModelBundle:
     anomaly: AnomalyDetector | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
-    #: OpenMP threads for scikit-learn while scoring. 1: the pool busy-waits, and on a node
-    #: whose other cores are busy that made scoring 36x slower here (88 s vs 2.4 s); scale
+    #: OpenMP/BLAS threads while scoring. 1: their pools busy-wait, and on a node whose other
+    #: cores are busy that made scikit-learn's scoring 36x slower here (88 s vs 2.4 s); scale
     #: out with more scoring workers in the consumer group instead.
     score_threads: int = 1
 
@@ -76,7 +77,7 @@ class ModelBundle:
 
     def score(self, x: np.ndarray) -> ScoreBatch:
         """Score a whole feature matrix (chunked inside each detector)."""
-        with threadpool_limits(limits=self.score_threads, user_api="openmp"):
+        with _threadpools().limit(limits=self.score_threads):
             return self._score(x)
 
     def _score(self, x: np.ndarray) -> ScoreBatch:
@@ -132,6 +133,12 @@ class ModelBundle:
                 det.set_state(joblib.load(f))
                 setattr(bundle, kind, det)
         return bundle
+
+
+@functools.cache
+def _threadpools() -> ThreadpoolController:
+    """The process's OpenMP/BLAS pools, found once (a fresh scan of the loaded libraries costs ~3 ms)."""
+    return ThreadpoolController()
 
 
 def default_model_path() -> Path:
