@@ -10,7 +10,8 @@ approval, adapters) is the engine's; this module only decides, per node and tick
 3. a predicted failure acts when its calibrated probability stayed above the fault's
    threshold for ``act_ticks`` ticks, with the action configured for the fault — once
    per ``model_retry_window_s``: a node that came back healthy after a predicted action
-   only alerts on the next prediction (the prediction was wrong; a person decides);
+   only alerts on the next prediction (the prediction was wrong; a person decides) —
+   and only on a node seen for ``model_warmup_s`` (window features need history);
 4. otherwise a probability above ``alert_threshold`` or a strong anomaly alerts a
    person (rate-limited per node), changing nothing on the cluster.
 """
@@ -67,6 +68,8 @@ class PolicyState:
     """Per-node memory; only nodes with something to remember are present."""
 
     nodes: dict[str, NodeState] = field(default_factory=dict)
+    #: telemetry time each node was first scored (for the model's warm-up)
+    first_seen: dict[str, float] = field(default_factory=dict)
 
     def held(self) -> list[str]:
         return [n for n, s in self.nodes.items() if s.held_since is not None]
@@ -84,21 +87,26 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
         pos = {str(n): i for i, n in enumerate(scores.node)}
         idx |= {pos[n] for n in state.nodes if n in pos}
     nodes = dict(state.nodes)
+    first_seen = state.first_seen
+    new = [str(n) for n in scores.node if n not in first_seen]
+    if new:
+        first_seen = {**first_seen, **dict.fromkeys(new, now)}
     out: list[Decision] = []
     for i in sorted(idx):
         name = str(scores.node[i])
         ns = nodes.get(name, NodeState())
-        ns, d = _decide_node(i, name, ns, scores, float(p[i]), float(anomaly[i]), now, cfg, explain)
+        seen_s = now - first_seen[name]
+        ns, d = _decide_node(i, name, ns, scores, float(p[i]), float(anomaly[i]), now, seen_s, cfg, explain)
         out.extend(d)
         if ns == NodeState():
             nodes.pop(name, None)
         else:
             nodes[name] = ns
-    return out, PolicyState(nodes)
+    return out, PolicyState(nodes, first_seen)
 
 
 def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, now: float,
-                 cfg: PolicyConfig, explain: Explain) -> tuple[NodeState, list[Decision]]:
+                 seen_s: float, cfg: PolicyConfig, explain: Explain) -> tuple[NodeState, list[Decision]]:
     rule = int(s.rule[i])
     if ns.held_since is not None:                       # 1. ours already: hold, then resume
         healthy = rule < 0 and p < cfg.clear_threshold
@@ -113,7 +121,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         return NodeState(held_since=now, last_alert=ns.last_alert, predicted_action_at=ns.predicted_action_at), [
             Decision(now, name, int(s.rule_gpu[i]), action, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule")]
     fault = s.fault_class(i)
-    if fault is not None and p >= cfg.threshold_for(fault):   # 3. predicted failure, sustained
+    warm = seen_s >= cfg.model_warmup_s
+    if warm and fault is not None and p >= cfg.threshold_for(fault):   # 3. predicted failure, sustained
         ns = replace(ns, above_ticks=ns.above_ticks + 1)
         action = cfg.action_for(fault)
         retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
@@ -129,6 +138,9 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         why = explain(i, "model")
         if ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s:
             why += " (gpuops already acted on this node on a prediction that did not come true: a person decides)"
+        elif not warm:
+            why += (f" (warming up: {seen_s / 60:.0f} min of telemetry; predictions act after "
+                    f"{cfg.model_warmup_s / 60:.0f} min)")
         return replace(ns, last_alert=now), [Decision(now, name, int(s.gpu[i]), Action.ALERT, fault, p, why, "model")]
     if anomaly >= cfg.anomaly_alert:
         return replace(ns, last_alert=now), [

@@ -28,7 +28,7 @@ def explain(i, source):
 
 
 CFG = PolicyConfig(act_threshold=0.7, act_ticks=2, alert_threshold=0.3, min_hold_s=600, resume_after_s=300,
-                   clear_threshold=0.1, alert_interval_s=3600)
+                   clear_threshold=0.1, alert_interval_s=3600, model_warmup_s=0)
 
 
 def test_a_fired_rule_acts_at_once_with_the_rules_action_and_fault():
@@ -44,6 +44,29 @@ def test_a_prediction_acts_only_after_act_ticks_consecutive_ticks():
     d2, st = decide(scores(p=(0.9,)), st, 120.0, CFG, explain)
     assert [x.action for x in d1] == [Action.ALERT]
     assert [(x.action, x.fault, x.ts) for x in d2] == [(Action.DRAIN, FaultClass.NVLINK, 120.0)]
+
+
+def test_predictions_only_alert_until_the_node_has_been_seen_for_the_warmup():
+    cfg = CFG.model_copy(update={"model_warmup_s": 600, "alert_interval_s": 0})
+
+    def two(p, rule=(-1, -1), rule_fault=(None, None), rule_action=(None, None)):
+        return scores(p=p, fault=("nvlink", "nvlink"), rule=rule, rule_fault=rule_fault, rule_action=rule_action,
+                      anomaly=(0.0, 0.0))
+
+    st = PolicyState()
+    d, st = decide(two((0.0, 0.0)), st, 0.0, cfg, explain)                  # n0, n1 first seen at 0
+    assert d == []
+    for t in (60.0, 120.0, 180.0):                                             # both look sure to fail
+        d, st = decide(two((0.95, 0.95)), st, t, cfg, explain)
+        assert [x.action for x in d] == [Action.ALERT, Action.ALERT]
+        assert all("warming up" in x.reason for x in d)
+    d, st = decide(two((0.95, 0.95), rule=(-1, 2), rule_fault=(None, "nvlink"), rule_action=(None, Action.DRAIN)),
+                   st, 240.0, cfg, explain)                                    # a rule does not wait
+    assert [(x.node, x.action, x.source) for x in d] == [("n0", Action.ALERT, "model"), ("n1", Action.DRAIN, "rule")]
+    for t in (600.0, 660.0):                                                   # warm from 600 s on
+        d, st = decide(two((0.95, 0.95)), st, t, cfg, explain)
+    assert [(x.node, x.action, x.source) for x in d] == [("n0", Action.DRAIN, "model")]
+    assert st.first_seen == {"n0": 0.0, "n1": 0.0}
 
 
 def test_a_dip_below_threshold_restarts_the_count():
