@@ -83,9 +83,12 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
     low = min(cfg.alert_threshold, cfg.clear_threshold if state.nodes else 1.0)
     interesting = (p >= low) | (scores.rule >= 0) | (anomaly >= cfg.anomaly_alert)
     idx = set(np.flatnonzero(interesting).tolist())
-    if state.nodes:
+    # a remembered node that is not interesting this tick changes only if it is held or counting
+    # ticks; one that merely alerted once stays as it is (most of the state, after a day)
+    live = [n for n, ns in state.nodes.items() if ns.held_since is not None or ns.above_ticks]
+    if live:
         pos = {str(n): i for i, n in enumerate(scores.node)}
-        idx |= {pos[n] for n in state.nodes if n in pos}
+        idx |= {pos[n] for n in live if n in pos}
     nodes = dict(state.nodes)
     first_seen = state.first_seen
     new = [str(n) for n in scores.node if n not in first_seen]
