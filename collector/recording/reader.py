@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from collector.schema import RecordType, empty_frame, validate_frame, validate_incident
 
+from .arrow_validation import validate_table
 from .jsonl import jsonl_path, read_jsonl
 from .manifest import Manifest, RecordingError
 
@@ -28,6 +29,13 @@ log = logging.getLogger(__name__)
 #: above it they are spilled to disk by window. 2 GiB leaves room on a 24 GiB box
 #: for the pipeline while covering a day of a 256-GPU fleet at 10 s.
 DEFAULT_SORT_BUDGET_BYTES = 2 << 30
+
+#: Arrow type the contract's string columns are read as in time order: dictionary-encoded,
+#: as Parquet stores them, so node and device names are decoded once per distinct value.
+_DICT_STRING = pa.dictionary(pa.int32(), pa.string())
+
+#: Which columns to read, per table (``{"gpu": [...], "net": [...]}``); see :meth:`Recording.iter_windows`.
+ColumnSelection = Mapping["RecordType | str", Collection[str]]
 
 
 @dataclass
@@ -40,6 +48,8 @@ class RecordingWindow:
     net: pd.DataFrame
     events: pd.DataFrame
     rejected: pd.DataFrame  # rows that broke the contract: original columns + ``reason`` + ``table``
+
+    # ``gpu`` and ``net`` columns may be read-only views of the decoded Parquet data: copy before writing to them.
 
 
 class Recording:
@@ -112,13 +122,20 @@ class Recording:
     # -- streaming
 
     def iter_windows(self, window_s: float, *, start: float | None = None, end: float | None = None,
-                     align: float | None = None) -> Iterator[RecordingWindow]:
+                     align: float | None = None, columns: ColumnSelection | None = None) -> Iterator[RecordingWindow]:
         """Yield consecutive windows of *window_s* seconds covering the recording.
 
         The range defaults to the data's own [min ts, max ts] (falling back to the
         manifest). Each window holds only its own rows; empty windows are skipped.
         With *align*, window bounds are multiples of it (the start is rounded down), so a
         consumer with *align*-second ticks never sees a tick split across two windows.
+
+        *columns* maps a table (``"gpu"``, ``"net"``) to the columns to read from it; the
+        others are never decoded. Required key columns are always read (they are
+        validated); an optional contract column asked for but absent from the files reads
+        as null; names neither in the contract nor in the files are ignored. Tables not
+        named, and every table when *columns* is ``None``, read all their columns,
+        unknown extra ones included. Events are small and always read whole.
         """
         if not window_s > 0:
             raise ValueError("window_s must be > 0")
@@ -128,7 +145,9 @@ class Recording:
             lo = math.floor(lo / align) * align
         hi = hi if end is None else end
         events = self.events()
-        readers = {rt: t.reader(lo, window_s, self.sort_budget_bytes) for rt, t in self._tables.items()}
+        wanted = {RecordType(k): set(v) for k, v in (columns or {}).items()}
+        readers = {rt: _WindowReader(t, lo, window_s, self.sort_budget_bytes, wanted.get(rt))
+                   for rt, t in self._tables.items()}
         try:
             n_windows = int(math.floor((hi - lo) / window_s)) + 1
             ev_ts = events["ts"].to_numpy()
@@ -197,8 +216,12 @@ class _Table:
     def __init__(self, path: Path, rtype: RecordType, dataset: pads.Dataset, schema: pa.Schema):
         self.path, self.rtype, self.dataset, self.schema = path, rtype, dataset, schema
         self.row_groups: list[_RowGroup] = []
+        strings = {c.name for c in rtype.columns if not c.numeric}
         for frag in dataset.get_fragments():  # footers only: no data is read here
-            pf = pq.ParquetFile(frag.path)
+            file_schema = pq.read_schema(frag.path)
+            as_dict = [f.name for f in file_schema if f.name in strings
+                       and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))]
+            pf = pq.ParquetFile(frag.path, read_dictionary=as_dict)
             idx = pf.schema_arrow.get_field_index("ts")
             for i in range(pf.metadata.num_row_groups):
                 rg = pf.metadata.row_group(i)
@@ -225,8 +248,12 @@ class _Table:
         arr = arr[np.isfinite(arr)]
         return (float(arr.min()), float(arr.max())) if arr.size else (math.inf, -math.inf)
 
-    def reader(self, lo: float, window_s: float, budget: int) -> "_WindowReader":
-        return _WindowReader(self, lo, window_s, budget)
+    def column_names(self, wanted: Collection[str] | None) -> list[str]:
+        """The table's columns to read for *wanted* (``None``: all; required keys always)."""
+        index = {c for c in (self.schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)}
+        required = {c.name for c in self.rtype.columns if c.required}
+        return [n for n in self.schema.names
+                if n not in index and (wanted is None or n in wanted or n in required)]
 
 
 def _open_table(path: Path, rtype: RecordType) -> _Table:
@@ -263,11 +290,20 @@ def _check_column_types(path: Path, schema: pa.Schema, rtype: RecordType) -> Non
 
 
 class _WindowReader:
-    """Serves window k of one table, choosing pruning, in-memory sort or spill."""
+    """Serves window k of one table, choosing pruning, in-memory sort or spill.
 
-    def __init__(self, table: _Table, lo: float, window_s: float, budget: int):
-        self.t, self.lo, self.w = table, lo, window_s
-        self._mem: pd.DataFrame | None = None
+    Windows are assembled as Arrow tables of the selected columns and validated there
+    (:func:`validate_table`); pandas sees only the valid rows, mostly as zero-copy views.
+    """
+
+    def __init__(self, table: _Table, lo: float, window_s: float, budget: int, wanted: Collection[str] | None):
+        self.t, self.lo, self.w, self.wanted = table, lo, window_s, wanted
+        self.names = table.column_names(wanted)
+        fields = [table.schema.field(n) for n in self.names]
+        strings = {c.name for c in table.rtype.columns if not c.numeric}
+        # time-ordered reads get the contract's strings dictionary-encoded (see _Table)
+        self.pruned_schema = pa.schema([f.with_type(_DICT_STRING) if f.name in strings else f for f in fields])
+        self._mem: pa.Table | None = None
         self._spill: Path | None = None
         self._cache: dict[tuple[int, int], pa.Table] = {}
         self.mode = "prune"
@@ -281,7 +317,7 @@ class _WindowReader:
                 self._spill = Path(tempfile.mkdtemp(prefix="gpuops-recording-"))
                 self._partition()
 
-    def _pruned(self, a: float, b: float, first: bool) -> pd.DataFrame:
+    def _pruned(self, a: float, b: float, first: bool) -> pa.Table:
         """Rows with a <= ts < b, reading only the row groups whose ts range overlaps."""
         tables = []
         cache: dict[tuple[int, int], pa.Table] = {}
@@ -291,28 +327,26 @@ class _WindowReader:
             key = (id(rg.file), rg.index)
             tbl = self._cache.get(key)
             if tbl is None:
-                tbl = rg.file.read_row_group(rg.index)
+                in_file = set(rg.file.schema_arrow.names)
+                tbl = rg.file.read_row_group(rg.index, columns=[n for n in self.names if n in in_file],
+                                             use_threads=False)
             cache[key] = tbl
             ts = tbl.column("ts").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
             with np.errstate(invalid="ignore"):
                 mask = (ts >= a) & (ts < b)
             if first:  # rows without a usable ts fall in no window: surface them once, to be rejected
                 mask |= ~np.isfinite(ts)
-            if mask.all():
-                tables.append(tbl)
-            elif mask.any():
-                tables.append(tbl.filter(pa.array(mask)))
+            tables.extend(_rows_where(tbl, mask))
         self._cache = cache  # keep only the row groups this window touched (the next may reuse the last)
         if not tables:
-            return self.t.schema.empty_table().to_pandas()
-        tbl = pa.concat_tables([_conform_table(t, self.t.schema) for t in tables])
-        return tbl.to_pandas(strings_to_categorical=True, split_blocks=True, self_destruct=True)
+            return self.pruned_schema.empty_table()
+        return pa.concat_tables([_conform_table(t, self.pruned_schema) for t in tables])
 
     def _partition(self) -> None:
         assert self._spill is not None
         writers: dict[int, pq.ParquetWriter] = {}
         try:
-            for batch in self.t.dataset.to_batches(batch_size=1 << 18):
+            for batch in self.t.dataset.to_batches(columns=self.names, batch_size=1 << 18):
                 ts = batch.column("ts").to_numpy(zero_copy_only=False).astype("float64")
                 k = np.floor((np.nan_to_num(ts, nan=self.lo, posinf=self.lo, neginf=self.lo) - self.lo) / self.w)
                 k = k.astype(np.int64)
@@ -320,29 +354,37 @@ class _WindowReader:
                 for key in np.unique(k):
                     w = writers.get(int(key))
                     if w is None:
-                        w = writers[int(key)] = pq.ParquetWriter(self._spill / f"w{int(key)}.parquet", self.t.schema)
+                        w = writers[int(key)] = pq.ParquetWriter(self._spill / f"w{int(key)}.parquet", tbl.schema)
                     w.write_table(tbl.filter(pa.array(k == key)))
         finally:
             for w in writers.values():
                 w.close()
 
+    def _sorted_in_memory(self, a: float, b: float, first: bool) -> pa.Table:
+        if self._mem is None:
+            tbl = self.t.dataset.to_table(columns=self.names)
+            ts = np.asarray(tbl.column("ts").to_numpy(), dtype=np.float64)
+            order = np.argsort(ts, kind="stable")  # NaN last, as pandas sorts
+            self._mem, self._mem_ts = tbl.take(order), ts[order]
+        i0, i1 = np.searchsorted(self._mem_ts, [a, b])
+        tbl = self._mem.slice(i0, i1 - i0)
+        if first:  # non-finite ts rows sort to the ends; report them once
+            nonfinite = np.flatnonzero(~np.isfinite(self._mem_ts))
+            if len(nonfinite):
+                tbl = pa.concat_tables([tbl, self._mem.take(nonfinite)])
+        return tbl
+
     def window(self, k: int) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         a, b = self.lo + k * self.w, self.lo + (k + 1) * self.w
         if self.mode == "prune":
-            df = self._pruned(a, b, k == 0)
+            tbl = self._pruned(a, b, k == 0)
         elif self.mode == "memory":
-            if self._mem is None:
-                self._mem = self.t.dataset.to_table().to_pandas()
-                self._mem = self._mem.sort_values("ts", kind="stable").reset_index(drop=True)
-                self._mem_ts = self._mem["ts"].to_numpy(dtype="float64")
-            i0, i1 = np.searchsorted(self._mem_ts, [a, b])
-            df = self._mem.iloc[i0:i1]
-            if k == 0:  # non-finite ts rows sort last; report them once
-                df = pd.concat([df, self._mem[~np.isfinite(self._mem_ts)]])
+            tbl = self._sorted_in_memory(a, b, k == 0)
         else:
             f = self._spill / f"w{k}.parquet"
-            df = pq.read_table(f).to_pandas() if f.exists() else self.t.schema.empty_table().to_pandas()
-        res = validate_frame(df, self.t.rtype)
+            tbl = pq.read_table(f) if f.exists() else pa.schema(
+                [self.t.schema.field(n) for n in self.names]).empty_table()
+        res = validate_table(tbl, self.t.rtype, self.wanted)
         valid = res.valid
         ts = valid["ts"].to_numpy()
         if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():  # files written in time order skip the sort
@@ -359,10 +401,30 @@ class _WindowReader:
         self._mem = None
 
 
+def _rows_where(tbl: pa.Table, mask: np.ndarray) -> list[pa.Table]:
+    """The rows of *tbl* where *mask* holds: the table itself, a zero-copy slice when the rows
+    are contiguous (a time-ordered row group), else a filtered copy; [] when none."""
+    idx = np.flatnonzero(mask)
+    if len(idx) == 0:
+        return []
+    if len(idx) == len(mask):
+        return [tbl]
+    if idx[-1] - idx[0] + 1 == len(idx):
+        return [tbl.slice(int(idx[0]), len(idx))]
+    return [tbl.filter(pa.array(mask))]
+
+
 def _conform_table(tbl: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A table in the unified schema: columns this file lacks become nulls."""
+    """A table in *schema*: columns this file lacks become nulls, others are cast to its types."""
     if tbl.schema == schema:
         return tbl
-    cols = [tbl.column(f.name).cast(f.type) if f.name in tbl.schema.names else pa.nulls(tbl.num_rows, f.type)
-            for f in schema]
+    cols = []
+    for f in schema:
+        if f.name not in tbl.schema.names:
+            cols.append(pa.nulls(tbl.num_rows, f.type))
+            continue
+        c = tbl.column(f.name)
+        if c.type != f.type:
+            c = c.cast(pa.string()).dictionary_encode() if f.type == _DICT_STRING else c.cast(f.type)
+        cols.append(c)
     return pa.Table.from_arrays(cols, schema=schema)
