@@ -118,10 +118,16 @@ def link_active_flags(states: np.ndarray) -> np.ndarray:
 
 def frame_block(df: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
     """Numeric columns of *df* as a (len(names), n) float64 block; absent columns are NaN."""
-    out = np.full((len(names), len(df)), np.nan)
+    out = np.empty((len(names), len(df)))
     for j, name in enumerate(names):
-        if name in df.columns:
-            out[j] = df[name].to_numpy(np.float64, na_value=np.nan)
+        if name not in df.columns:
+            out[j] = np.nan
+            continue
+        s = df[name]
+        if isinstance(s.dtype, np.dtype) and s.dtype.kind in "fiub":
+            out[j] = s.to_numpy()  # cast straight into the block: no float64 temporary
+        else:  # nullable extension types: nulls → NaN
+            out[j] = s.to_numpy(np.float64, na_value=np.nan)
     return out
 
 

@@ -2,8 +2,9 @@
 
 The frames are already validated by the recording reader (contract dtypes, bad rows set
 aside with a reason), so this is a column-by-column ``to_numpy``: no per-row Python.
-Optional columns a recording lacks read as NaN; GPU indices outside
-``[0, max_gpus_per_node)`` are returned as a count of rejected rows.
+Name columns read as categoricals are looked up once per category. Optional columns a
+recording lacks read as NaN; GPU indices outside ``[0, max_gpus_per_node)`` are returned
+as a count of rejected rows. :data:`RECORDING_COLUMNS` is what replay needs to read.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ from pipeline.columns import (
 )
 from pipeline.registry import Keys
 
+#: The columns the conversions below use, per recording table: pass as
+#: ``Recording.iter_windows(columns=RECORDING_COLUMNS)`` so no other column is decoded.
+RECORDING_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gpu": ("ts", "node", "gpu", *GPU_VALUE_COLUMNS),
+    "net": ("ts", "node", "device", "port", "link_state", *NET_STATE_COUNTERS),
+}
+
 
 def _node_ids(s: pd.Series, keys: Keys) -> np.ndarray:
     """Node ids of a node-name column; a categorical one (as recordings are read) is looked
@@ -30,6 +38,19 @@ def _node_ids(s: pd.Series, keys: Keys) -> np.ndarray:
     if isinstance(s.dtype, pd.CategoricalDtype) and not s.hasnans:
         return keys.nodes.ids_of(s.cat.categories.to_numpy(object))[s.cat.codes.to_numpy()]
     return keys.nodes.ids_of(s.to_numpy(object))
+
+
+def _link_flags(s: pd.Series) -> np.ndarray:
+    """:func:`link_active_flags` of a ``link_state`` column, once per category when categorical."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        table = np.append(link_active_flags(s.cat.categories.to_numpy(object)), np.int8(-1))
+        return table[s.cat.codes.to_numpy()]
+    return link_active_flags(s.to_numpy(object))
+
+
+def _ts(s: pd.Series) -> np.ndarray:
+    """A ``ts`` column as float64 (a writable array: the reader may hand out read-only views)."""
+    return np.require(s.to_numpy(np.float64), requirements="W")
 
 
 def _strings(s: pd.Series) -> np.ndarray | pd.Categorical:
@@ -45,7 +66,7 @@ def gpu_rows_from_frame(df: pd.DataFrame, keys: Keys, max_gpus: int) -> tuple[Gp
     ok = (gpu >= 0) & (gpu < max_gpus)
     nodes = _node_ids(df["node"], keys)
     vals = frame_block(df, GPU_VALUE_COLUMNS)
-    ts = df["ts"].to_numpy(np.float64)
+    ts = _ts(df["ts"])
     n_bad = int((~ok).sum())
     if n_bad:
         nodes, gpu, vals, ts = nodes[ok], gpu[ok], vals[:, ok], ts[ok]
@@ -58,9 +79,8 @@ def net_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> NetRows:
         return NetRows.empty()
     nodes = _node_ids(df["node"], keys)
     ports = keys.ports.slots_of(nodes, _strings(df["device"]), nullable_ints(df["port"], -1, np.int64))
-    state = df["link_state"].to_numpy(object) if "link_state" in df.columns else np.full(len(df), None, object)
-    return NetRows(df["ts"].to_numpy(np.float64), ports, link_active_flags(state),
-                   frame_block(df, NET_STATE_COUNTERS))
+    active = _link_flags(df["link_state"]) if "link_state" in df.columns else np.full(len(df), -1, np.int8)
+    return NetRows(_ts(df["ts"]), ports, active, frame_block(df, NET_STATE_COUNTERS))
 
 
 def xid_rows_from_frame(df: pd.DataFrame | None, keys: Keys, max_gpus: int) -> XidRows:
