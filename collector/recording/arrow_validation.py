@@ -42,7 +42,6 @@ def validate_table(tbl: pa.Table, rtype: RecordType | str,
     present = set(tbl.column_names)
     if not all(_handled(tbl.schema.field(c.name).type, c) for c in wanted if c.name in present):
         return validate_frame(tbl.to_pandas(), rtype)  # rare types: the general path, same rules
-    tbl = tbl.combine_chunks()  # one chunk per column (dictionaries unified)
     n = tbl.num_rows
     rej = _Rejections(n)
     checked: dict[str, Any] = {}
@@ -51,7 +50,7 @@ def validate_table(tbl: pa.Table, rtype: RecordType | str,
             if col.required:
                 rej.add(np.ones(n, bool), f"missing required field '{col.name}'")
             continue
-        arr = _one_chunk(tbl.column(col.name))
+        arr = _one_chunk(tbl.column(col.name))  # dictionaries unified
         checked[col.name] = _check_numeric(col, arr, rej) if col.numeric else _check_strings(col, arr, rej)
     good = rej.good()
     n_good = n if good is None else int(good.sum())
@@ -112,7 +111,8 @@ def _handled(t: pa.DataType, col: Column) -> bool:
 
 
 def _one_chunk(c: pa.ChunkedArray) -> pa.Array:
-    return c.chunk(0) if c.num_chunks == 1 else pa.concat_arrays(c.chunks) if c.num_chunks else pa.array([], c.type)
+    """The column as one array (only the columns checked are combined, not the whole table)."""
+    return c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
 
 
 def _as_float64(arr: pa.Array) -> np.ndarray:
