@@ -40,6 +40,7 @@ class WindowReader:
         self._mem: pa.Table | None = None
         self._spill: Path | None = None
         self._cache: dict[tuple[int, int], pa.Table] = {}
+        self._surfaced: set[tuple[int, int]] = set()  # row groups whose non-finite ts rows were reported
         self.mode = "prune"
         if not table.ordered():
             est = 2 * sum(rg.nbytes for rg in table.row_groups)  # Arrow -> pandas roughly doubles
@@ -68,7 +69,8 @@ class WindowReader:
             ts = tbl.column("ts").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
             with np.errstate(invalid="ignore"):
                 mask = (ts >= a) & (ts < b)
-            if first:  # rows without a usable ts fall in no window: surface them once, to be rejected
+            if key not in self._surfaced:  # rows without a usable ts fall in no window (and Parquet
+                self._surfaced.add(key)     # statistics leave them out): surface them once, to be rejected
                 mask |= ~np.isfinite(ts)
             tables.extend(_rows_where(tbl, mask))
         self._cache = cache  # keep only the row groups this window touched (the next may reuse the last)

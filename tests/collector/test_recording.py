@@ -203,3 +203,15 @@ def test_bad_rows_are_set_aside_with_the_same_reasons_whatever_the_read_path(tmp
     valid = pd.concat([w.gpu for w in windows])
     assert len(valid) + len(rejected) == len(gpu) and valid["util_gpu"].isna().sum() == 1
     assert valid["gpu"].dtype == np.int16 and valid["util_gpu"].dtype == np.float32
+
+
+def test_rows_without_a_timestamp_in_a_later_row_group_are_rejected_not_lost(tmp_path):
+    gpu = gpu_frame(n_ticks=100, nodes=("n1",), gpus=4)
+    gpu.loc[300, "ts"] = np.nan  # written as null; row-group statistics leave it out
+    (tmp_path / "r").mkdir()
+    gpu.to_parquet(tmp_path / "r" / "gpu.parquet", index=False, row_group_size=50)
+    (tmp_path / "r" / "manifest.json").write_text(json.dumps(manifest(end=2000.0).to_json()))
+    windows = list(open_recording(tmp_path / "r").iter_windows(100))
+    rejected = pd.concat([w.rejected for w in windows])
+    assert rejected["reason"].tolist() == ["missing required field 'ts'"]
+    assert sum(len(w.gpu) for w in windows) == len(gpu) - 1
