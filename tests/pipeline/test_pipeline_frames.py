@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.columns import GPU_VALUE_COLUMNS, NET_STATE_COUNTERS, frame_block
-from pipeline.frames import RECORDING_COLUMNS, gpu_rows_from_frame, net_rows_from_frame
+from pipeline.frames import RECORDING_COLUMNS, _gpu_slots, _port_slots, gpu_rows_from_frame, net_rows_from_frame
 from pipeline.registry import Keys
 
 
@@ -52,3 +52,19 @@ def test_gpu_rows_keep_float32_values_exactly_and_are_writable():
 def test_replay_reads_every_column_the_conversions_use():
     assert set(GPU_VALUE_COLUMNS) < set(RECORDING_COLUMNS["gpu"])
     assert set(NET_STATE_COUNTERS) | {"link_state", "device", "port"} < set(RECORDING_COLUMNS["net"])
+
+
+def test_slots_are_numbered_as_if_the_registry_saw_every_row():
+    rng = np.random.default_rng(0)
+    nodes = rng.integers(0, 5, 400).astype(np.int32)
+    gpu, port = rng.integers(0, 8, 400), rng.integers(1, 3, 400)
+    devices = pd.Categorical(rng.choice(["mlx5_1", "mlx5_0", None], 400))
+    direct, deduped = Keys(), Keys()
+    for k in (direct, deduped):
+        for i in range(5):
+            k.nodes.id_of(f"n{i}")
+    np.testing.assert_array_equal(direct.gpus.slots_of(nodes, gpu), _gpu_slots(deduped, nodes, gpu))
+    np.testing.assert_array_equal(direct.ports.slots_of(nodes, devices, port), _port_slots(deduped, nodes, devices, port))
+    np.testing.assert_array_equal(direct.ports.slots_of(nodes, np.asarray(devices, object), port),
+                                  _port_slots(deduped, nodes, np.asarray(devices, object), port))
+    assert direct.ports.keys == deduped.ports.keys and direct.gpus.n == deduped.gpus.n == 40
