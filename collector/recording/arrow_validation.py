@@ -41,7 +41,9 @@ def validate_table(tbl: pa.Table, rtype: RecordType | str,
     wanted = [c for c in rtype.columns if columns is None or c.required or c.name in columns]
     present = set(tbl.column_names)
     if not all(_handled(tbl.schema.field(c.name).type, c) for c in wanted if c.name in present):
-        return validate_frame(tbl.to_pandas(), rtype)  # rare types: the general path, same rules
+        res = validate_frame(tbl.to_pandas(), rtype)  # rare types: the general path, same rules
+        dropped = {c.name for c in rtype.columns} - {c.name for c in wanted}
+        return FrameValidation(res.valid.drop(columns=list(dropped)), res.rejected)
     n = tbl.num_rows
     rej = _Rejections(n)
     checked: dict[str, Any] = {}

@@ -64,3 +64,5 @@ def test_unusual_column_types_take_the_general_path_with_the_same_rules():
     tbl = pa.table({"ts": [1.0, 2.0], "node": ["a", "b"], "gpu": [0, 1], "gpu_uuid": pa.nulls(2)})
     res = validate_table(tbl, RecordType.GPU)
     assert len(res.valid) == 2 and res.valid["gpu_uuid"].isna().all() and res.n_rejected == 0
+    assert list(validate_table(tbl, RecordType.GPU, columns={"gpu_uuid"}).valid.columns) == ["ts", "node", "gpu",
+                                                                                             "gpu_uuid"]
