@@ -21,6 +21,7 @@ from models.base import CLASSES
 from models.bundle import ModelBundle
 from models.node_scores import NodeScores, aggregate, score_batches
 from pipeline.batch import FeatureBatch
+from pipeline.frames import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 from remediation.config import PolicyConfig
@@ -87,7 +88,8 @@ class Replayer:
         t0, c0 = time.perf_counter(), time.process_time()
         cad = self.pipeline_settings.cadence_s
         window_s = max(1, round(READ_WINDOW_S / cad)) * cad  # whole ticks per read window
-        for batch in pipe.replay(clock.timed("read", rec.iter_windows(window_s, align=cad))):
+        windows = rec.iter_windows(window_s, align=cad, columns=RECORDING_COLUMNS)  # only what the pipeline uses
+        for batch in pipe.replay(clock.timed("read", windows)):
             pending.append(batch)
             rows += len(batch)
             if rows >= self.score_rows:

@@ -325,7 +325,7 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
             if everything_valid and col.name in df.columns and df[col.name].dtype == col.dtype:
                 cols[col.name] = df[col.name].reset_index(drop=True)  # already right: no copy, no cast
             else:
-                cols[col.name] = _cast_numeric(col, v if everything_valid else v[good])
+                cols[col.name] = cast_numeric(col, v if everything_valid else v[good])
         else:
             cols[col.name] = (v if everything_valid else v[good]).reset_index(drop=True)
     contract = set(rtype.column_names)
@@ -378,7 +378,8 @@ def _null_series(col: Column, n: int, index: pd.Index) -> Any:
     return np.full(n, np.nan)
 
 
-def _cast_numeric(col: Column, v: np.ndarray) -> Any:
+def cast_numeric(col: Column, v: np.ndarray) -> Any:
+    """Float64 values (NaN = null) in *col*'s contract dtype, as :func:`validate_frame` returns them."""
     if col.dtype.startswith("int"):
         # required keys are never null; optional ones use pandas' nullable integers
         return v.astype(col.dtype) if col.required else pd.array(v, dtype=col.dtype.capitalize())

@@ -26,6 +26,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from collector.recording import open_recording
 from pipeline.features import FEATURE_NAMES
+from pipeline.frames import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 
@@ -103,7 +104,7 @@ def collect(path: str | Path, settings: TrainSettings, train: Dataset, val: Data
     hard_cols = [(FEATURE_NAMES.index(f), t) for f, t in HARD_NEGATIVE]
     pipe = FeaturePipeline(pipeline_settings)
     counts = {"rows": 0, "kept": 0, "positives": 0}
-    for batch in pipe.replay(rec.iter_windows(settings.window_s)):
+    for batch in pipe.replay(rec.iter_windows(settings.window_s, columns=RECORDING_COLUMNS)):
         if progress:
             progress((batch.ts - m.start) / max(m.end - m.start, 1))
         if batch.ts >= split - settings.gap_s and batch.ts < split:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from collector.schema import GPU_COLUMNS, IB_COUNTERS, ColumnKind
 
@@ -118,11 +119,29 @@ def link_active_flags(states: np.ndarray) -> np.ndarray:
 
 def frame_block(df: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
     """Numeric columns of *df* as a (len(names), n) float64 block; absent columns are NaN."""
-    out = np.full((len(names), len(df)), np.nan)
+    out = pooled_block(len(names), len(df))
     for j, name in enumerate(names):
-        if name in df.columns:
-            out[j] = df[name].to_numpy(np.float64, na_value=np.nan)
+        if name not in df.columns:
+            out[j] = np.nan
+            continue
+        s = df[name]
+        if isinstance(s.dtype, np.dtype) and s.dtype.kind in "fiub":
+            out[j] = s.to_numpy()  # cast straight into the block: no float64 temporary
+        else:  # nullable extension types: nulls → NaN
+            out[j] = s.to_numpy(np.float64, na_value=np.nan)
     return out
+
+
+def pooled_block(n_cols: int, n_rows: int) -> np.ndarray:
+    """An uninitialised float64 ``(n_cols, n_rows)`` array in Arrow's memory pool.
+
+    A value block of a replay window is tens of MB; numpy takes memory that size fresh
+    from the kernel each time and pays a page fault per page on first touch
+    (shared/PERFORMANCE.md), while the Arrow pool hands the previous window's freed
+    block back. The array owns a reference to its buffer, so it lives as long as needed.
+    """
+    buf = pa.allocate_buffer(n_cols * n_rows * 8)
+    return np.frombuffer(buf, np.float64).reshape(n_cols, n_rows)
 
 
 def nullable_ints(s: Any, fill: int, dtype: Any) -> np.ndarray:

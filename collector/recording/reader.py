@@ -5,22 +5,19 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.dataset as pads
-import pyarrow.parquet as pq
 
 from collector.schema import RecordType, empty_frame, validate_frame, validate_incident
 
 from .jsonl import jsonl_path, read_jsonl
 from .manifest import Manifest, RecordingError
+from .tables import open_table
+from .windows import WindowReader
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +25,9 @@ log = logging.getLogger(__name__)
 #: above it they are spilled to disk by window. 2 GiB leaves room on a 24 GiB box
 #: for the pipeline while covering a day of a 256-GPU fleet at 10 s.
 DEFAULT_SORT_BUDGET_BYTES = 2 << 30
+
+#: Which columns to read, per table (``{"gpu": [...], "net": [...]}``); see :meth:`Recording.iter_windows`.
+ColumnSelection = Mapping["RecordType | str", Collection[str]]
 
 
 @dataclass
@@ -40,6 +40,8 @@ class RecordingWindow:
     net: pd.DataFrame
     events: pd.DataFrame
     rejected: pd.DataFrame  # rows that broke the contract: original columns + ``reason`` + ``table``
+
+    # ``gpu`` and ``net`` columns may be read-only views of the decoded Parquet data: copy before writing to them.
 
 
 class Recording:
@@ -61,10 +63,10 @@ class Recording:
         gpu = self.path / "gpu.parquet"
         if not gpu.exists():
             raise RecordingError(f"{self.path}: missing gpu.parquet (required)")
-        self._tables = {RecordType.GPU: _open_table(gpu, RecordType.GPU)}
+        self._tables = {RecordType.GPU: open_table(gpu, RecordType.GPU)}
         net = self.path / "net.parquet"
         if net.exists():
-            self._tables[RecordType.NET] = _open_table(net, RecordType.NET)
+            self._tables[RecordType.NET] = open_table(net, RecordType.NET)
         self._events: pd.DataFrame | None = None
 
     # -- small tables, read whole
@@ -112,13 +114,20 @@ class Recording:
     # -- streaming
 
     def iter_windows(self, window_s: float, *, start: float | None = None, end: float | None = None,
-                     align: float | None = None) -> Iterator[RecordingWindow]:
+                     align: float | None = None, columns: ColumnSelection | None = None) -> Iterator[RecordingWindow]:
         """Yield consecutive windows of *window_s* seconds covering the recording.
 
         The range defaults to the data's own [min ts, max ts] (falling back to the
         manifest). Each window holds only its own rows; empty windows are skipped.
         With *align*, window bounds are multiples of it (the start is rounded down), so a
         consumer with *align*-second ticks never sees a tick split across two windows.
+
+        *columns* maps a table (``"gpu"``, ``"net"``) to the columns to read from it; the
+        others are never decoded. Required key columns are always read (they are
+        validated); an optional contract column asked for but absent from the files reads
+        as null; names neither in the contract nor in the files are ignored. Tables not
+        named, and every table when *columns* is ``None``, read all their columns,
+        unknown extra ones included. Events are small and always read whole.
         """
         if not window_s > 0:
             raise ValueError("window_s must be > 0")
@@ -128,7 +137,9 @@ class Recording:
             lo = math.floor(lo / align) * align
         hi = hi if end is None else end
         events = self.events()
-        readers = {rt: t.reader(lo, window_s, self.sort_budget_bytes) for rt, t in self._tables.items()}
+        wanted = {RecordType(k): set(v) for k, v in (columns or {}).items()}
+        readers = {rt: WindowReader(t, lo, window_s, self.sort_budget_bytes, wanted.get(rt))
+                   for rt, t in self._tables.items()}
         try:
             n_windows = int(math.floor((hi - lo) / window_s)) + 1
             ev_ts = events["ts"].to_numpy()
@@ -174,195 +185,3 @@ class Recording:
 def open_recording(path: str | Path, **kw: Any) -> Recording:
     """Open and validate a recording directory (see :class:`Recording`)."""
     return Recording(path, **kw)
-
-
-@dataclass(frozen=True)
-class _RowGroup:
-    """One Parquet row group: where it is, its ts range from the footer, its size."""
-
-    file: pq.ParquetFile
-    index: int
-    lo: float   # -inf / +inf when the footer has no usable ts statistics
-    hi: float
-    nbytes: int
-
-    @property
-    def has_range(self) -> bool:
-        return math.isfinite(self.lo) and math.isfinite(self.hi)
-
-
-class _Table:
-    """A Parquet file or directory of files, with its unified schema and row-group index."""
-
-    def __init__(self, path: Path, rtype: RecordType, dataset: pads.Dataset, schema: pa.Schema):
-        self.path, self.rtype, self.dataset, self.schema = path, rtype, dataset, schema
-        self.row_groups: list[_RowGroup] = []
-        for frag in dataset.get_fragments():  # footers only: no data is read here
-            pf = pq.ParquetFile(frag.path)
-            idx = pf.schema_arrow.get_field_index("ts")
-            for i in range(pf.metadata.num_row_groups):
-                rg = pf.metadata.row_group(i)
-                st = rg.column(idx).statistics
-                lo, hi = (st.min, st.max) if st is not None and st.has_min_max else (-math.inf, math.inf)
-                self.row_groups.append(_RowGroup(pf, i, lo, hi, rg.total_byte_size))
-
-    def ordered(self) -> bool:
-        """Row groups follow each other in ts order (so windows can be served by pruning)."""
-        prev_hi = -math.inf
-        for rg in self.row_groups:
-            if not rg.has_range or rg.lo < prev_hi:
-                return False
-            prev_hi = rg.hi
-        return True
-
-    def ts_range(self) -> tuple[float, float]:
-        if not self.row_groups:
-            return math.inf, -math.inf
-        if all(rg.has_range for rg in self.row_groups):
-            return min(rg.lo for rg in self.row_groups), max(rg.hi for rg in self.row_groups)
-        # statistics missing or non-finite ts present: scan; non-finite rows are rejected later
-        arr = self.dataset.to_table(columns=["ts"])["ts"].to_numpy(zero_copy_only=False).astype("float64")
-        arr = arr[np.isfinite(arr)]
-        return (float(arr.min()), float(arr.max())) if arr.size else (math.inf, -math.inf)
-
-    def reader(self, lo: float, window_s: float, budget: int) -> "_WindowReader":
-        return _WindowReader(self, lo, window_s, budget)
-
-
-def _open_table(path: Path, rtype: RecordType) -> _Table:
-    files = sorted(p for p in path.rglob("*.parquet") if p.is_file()) if path.is_dir() else [path]
-    if not files:
-        raise RecordingError(f"{path}: directory holds no .parquet files")
-    try:
-        schemas = [pq.read_schema(f) for f in files]
-    except (pa.ArrowInvalid, OSError) as e:
-        raise RecordingError(f"{path}: not readable as Parquet ({e})") from None
-    try:
-        schema = pa.unify_schemas(schemas, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise RecordingError(f"{path}: files disagree on column types ({e})") from None
-    _check_column_types(path, schema, rtype)
-    return _Table(path, rtype, pads.dataset([str(f) for f in files], schema=schema, format="parquet"), schema)
-
-
-def _check_column_types(path: Path, schema: pa.Schema, rtype: RecordType) -> None:
-    names = set(schema.names)
-    for col in rtype.columns:
-        if col.name not in names:
-            if col.required:
-                raise RecordingError(f"{path}: missing required column '{col.name}'")
-            continue
-        t = schema.field(col.name).type
-        if pa.types.is_null(t):
-            continue
-        if col.numeric and not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)):
-            raise RecordingError(f"{path}: column '{col.name}' has type {t}, expected a number ({col.dtype})")
-        if not col.numeric and not (pa.types.is_string(t) or pa.types.is_large_string(t)
-                                    or pa.types.is_dictionary(t)):
-            raise RecordingError(f"{path}: column '{col.name}' has type {t}, expected a string")
-
-
-class _WindowReader:
-    """Serves window k of one table, choosing pruning, in-memory sort or spill."""
-
-    def __init__(self, table: _Table, lo: float, window_s: float, budget: int):
-        self.t, self.lo, self.w = table, lo, window_s
-        self._mem: pd.DataFrame | None = None
-        self._spill: Path | None = None
-        self._cache: dict[tuple[int, int], pa.Table] = {}
-        self.mode = "prune"
-        if not table.ordered():
-            est = 2 * sum(rg.nbytes for rg in table.row_groups)  # Arrow -> pandas roughly doubles
-            if est <= budget:
-                self.mode = "memory"
-            else:
-                self.mode = "spill"
-                log.info("%s: unsorted and ~%.1f GiB; partitioning by window on disk", table.path, est / 2**30)
-                self._spill = Path(tempfile.mkdtemp(prefix="gpuops-recording-"))
-                self._partition()
-
-    def _pruned(self, a: float, b: float, first: bool) -> pd.DataFrame:
-        """Rows with a <= ts < b, reading only the row groups whose ts range overlaps."""
-        tables = []
-        cache: dict[tuple[int, int], pa.Table] = {}
-        for rg in self.t.row_groups:
-            if (rg.hi < a or rg.lo >= b) and not (first and not rg.has_range):
-                continue
-            key = (id(rg.file), rg.index)
-            tbl = self._cache.get(key)
-            if tbl is None:
-                tbl = rg.file.read_row_group(rg.index)
-            cache[key] = tbl
-            ts = tbl.column("ts").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-            with np.errstate(invalid="ignore"):
-                mask = (ts >= a) & (ts < b)
-            if first:  # rows without a usable ts fall in no window: surface them once, to be rejected
-                mask |= ~np.isfinite(ts)
-            if mask.all():
-                tables.append(tbl)
-            elif mask.any():
-                tables.append(tbl.filter(pa.array(mask)))
-        self._cache = cache  # keep only the row groups this window touched (the next may reuse the last)
-        if not tables:
-            return self.t.schema.empty_table().to_pandas()
-        tbl = pa.concat_tables([_conform_table(t, self.t.schema) for t in tables])
-        return tbl.to_pandas(strings_to_categorical=True, split_blocks=True, self_destruct=True)
-
-    def _partition(self) -> None:
-        assert self._spill is not None
-        writers: dict[int, pq.ParquetWriter] = {}
-        try:
-            for batch in self.t.dataset.to_batches(batch_size=1 << 18):
-                ts = batch.column("ts").to_numpy(zero_copy_only=False).astype("float64")
-                k = np.floor((np.nan_to_num(ts, nan=self.lo, posinf=self.lo, neginf=self.lo) - self.lo) / self.w)
-                k = k.astype(np.int64)
-                tbl = pa.Table.from_batches([batch])
-                for key in np.unique(k):
-                    w = writers.get(int(key))
-                    if w is None:
-                        w = writers[int(key)] = pq.ParquetWriter(self._spill / f"w{int(key)}.parquet", self.t.schema)
-                    w.write_table(tbl.filter(pa.array(k == key)))
-        finally:
-            for w in writers.values():
-                w.close()
-
-    def window(self, k: int) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-        a, b = self.lo + k * self.w, self.lo + (k + 1) * self.w
-        if self.mode == "prune":
-            df = self._pruned(a, b, k == 0)
-        elif self.mode == "memory":
-            if self._mem is None:
-                self._mem = self.t.dataset.to_table().to_pandas()
-                self._mem = self._mem.sort_values("ts", kind="stable").reset_index(drop=True)
-                self._mem_ts = self._mem["ts"].to_numpy(dtype="float64")
-            i0, i1 = np.searchsorted(self._mem_ts, [a, b])
-            df = self._mem.iloc[i0:i1]
-            if k == 0:  # non-finite ts rows sort last; report them once
-                df = pd.concat([df, self._mem[~np.isfinite(self._mem_ts)]])
-        else:
-            f = self._spill / f"w{k}.parquet"
-            df = pq.read_table(f).to_pandas() if f.exists() else self.t.schema.empty_table().to_pandas()
-        res = validate_frame(df, self.t.rtype)
-        valid = res.valid
-        ts = valid["ts"].to_numpy()
-        if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():  # files written in time order skip the sort
-            valid = valid.sort_values("ts", kind="stable").reset_index(drop=True)
-        bad = None
-        if res.n_rejected:
-            bad = res.rejected.assign(table=self.t.rtype.value)
-        return valid, bad
-
-    def close(self) -> None:
-        if self._spill is not None:
-            shutil.rmtree(self._spill, ignore_errors=True)
-            self._spill = None
-        self._mem = None
-
-
-def _conform_table(tbl: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A table in the unified schema: columns this file lacks become nulls."""
-    if tbl.schema == schema:
-        return tbl
-    cols = [tbl.column(f.name).cast(f.type) if f.name in tbl.schema.names else pa.nulls(tbl.num_rows, f.type)
-            for f in schema]
-    return pa.Table.from_arrays(cols, schema=schema)

@@ -152,3 +152,66 @@ def test_directory_whose_files_differ_in_optional_columns_reads_every_row(tmp_pa
     windows = list(open_recording(root).iter_windows(30))
     gpu = pd.concat([w.gpu for w in windows])
     assert len(gpu) == 40 and gpu["temp_gpu_c"].notna().sum() == 20 and gpu["util_gpu"].notna().sum() == 20
+
+
+def test_selected_columns_are_the_only_ones_read_besides_the_required_keys(tmp_path):
+    write_recording(tmp_path / "r", manifest(), gpu_frame())
+    windows = list(open_recording(tmp_path / "r").iter_windows(300, columns={"gpu": ["util_gpu"]}))
+    assert all(list(w.gpu.columns) == ["ts", "node", "gpu", "util_gpu"] for w in windows)
+    assert sum(len(w.gpu) for w in windows) == len(gpu_frame())
+
+
+def test_selected_optional_column_absent_from_the_files_reads_as_null(tmp_path):
+    gpu = pd.DataFrame({"ts": [1.0, 5.0], "node": ["n1", "n1"], "gpu": [0, 1]})
+    write_like_pandas(tmp_path / "r", gpu, manifest(start=0.0, end=10.0).to_json())
+    cols = {"gpu": ["temp_gpu_c", "throttle_reasons", "gpu_uuid", "not_in_contract_or_file"]}
+    (w,) = open_recording(tmp_path / "r").iter_windows(60, columns=cols)
+    assert list(w.gpu.columns) == ["ts", "node", "gpu", "gpu_uuid", "temp_gpu_c", "throttle_reasons"]
+    assert w.gpu["temp_gpu_c"].isna().all() and w.gpu["gpu_uuid"].isna().all()
+    assert w.gpu["throttle_reasons"].isna().all() and w.gpu["temp_gpu_c"].dtype == np.float32
+
+
+@pytest.mark.parametrize("budget", [None, 1 << 30, 1], ids=["time-ordered", "sorted-in-memory", "spilled"])
+def test_unknown_extra_columns_survive_when_every_column_is_read(tmp_path, budget):
+    gpu = gpu_frame(n_ticks=6).assign(vendor_code=lambda d: np.arange(len(d)), vendor_tag="x")
+    if budget is not None:
+        gpu = gpu.sample(frac=1.0, random_state=2)
+    write_like_pandas(tmp_path / "r", gpu, manifest().to_json())
+    kw = {} if budget is None else {"sort_budget_bytes": budget}
+    back = pd.concat([w.gpu for w in open_recording(tmp_path / "r", **kw).iter_windows(30)], ignore_index=True)
+    assert sorted(back["vendor_code"]) == list(range(len(gpu))) and set(back["vendor_tag"]) == {"x"}
+    assert (back["vendor_code"].to_numpy() // 4 == (back["ts"].to_numpy() - 1000) // 10).all()  # rows kept whole
+
+
+@pytest.mark.parametrize("budget", [None, 1 << 30, 1], ids=["time-ordered", "sorted-in-memory", "spilled"])
+def test_bad_rows_are_set_aside_with_the_same_reasons_whatever_the_read_path(tmp_path, budget):
+    gpu = gpu_frame(n_ticks=6)
+    gpu["gpu"] = gpu["gpu"].astype(float)
+    gpu.loc[[0, 3], "ts"] = [np.inf, np.nan]
+    gpu.loc[[5, 9], "node"] = ["bad node!", None]
+    gpu.loc[7, "gpu"] = 1.5
+    gpu.loc[8, "util_gpu"] = np.nan  # optional: kept as NaN
+    if budget is not None:
+        gpu = gpu.sample(frac=1.0, random_state=4)
+    write_like_pandas(tmp_path / "r", gpu, manifest().to_json())
+    kw = {} if budget is None else {"sort_budget_bytes": budget}
+    windows = list(open_recording(tmp_path / "r", **kw).iter_windows(30, columns={"gpu": ["util_gpu"]}))
+    rejected = pd.concat([w.rejected for w in windows])
+    expected = {"non-finite timestamp", "missing required field 'ts'", "malformed node name 'bad node!'",
+                "missing required field 'node'", "field 'gpu' must be an integer"}
+    assert sorted(rejected["reason"]) == sorted(expected) and set(rejected["table"]) == {"gpu"}
+    valid = pd.concat([w.gpu for w in windows])
+    assert len(valid) + len(rejected) == len(gpu) and valid["util_gpu"].isna().sum() == 1
+    assert valid["gpu"].dtype == np.int16 and valid["util_gpu"].dtype == np.float32
+
+
+def test_rows_without_a_timestamp_in_a_later_row_group_are_rejected_not_lost(tmp_path):
+    gpu = gpu_frame(n_ticks=100, nodes=("n1",), gpus=4)
+    gpu.loc[300, "ts"] = np.nan  # written as null; row-group statistics leave it out
+    (tmp_path / "r").mkdir()
+    gpu.to_parquet(tmp_path / "r" / "gpu.parquet", index=False, row_group_size=50)
+    (tmp_path / "r" / "manifest.json").write_text(json.dumps(manifest(end=2000.0).to_json()))
+    windows = list(open_recording(tmp_path / "r").iter_windows(100))
+    rejected = pd.concat([w.rejected for w in windows])
+    assert rejected["reason"].tolist() == ["missing required field 'ts'"]
+    assert sum(len(w.gpu) for w in windows) == len(gpu) - 1
