@@ -46,3 +46,29 @@ def robust_z(values: np.ndarray, floor: float) -> np.ndarray:
     mad = median(np.abs(values - med))
     scale = max(MAD_TO_SIGMA * mad, floor) if np.isfinite(mad) else floor
     return (values - med) / scale
+
+
+def group_medians(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """:func:`group_median` of every row of *values* (rows × items, same *groups* for all rows)
+    in one sort: (rows, n_groups)."""
+    rows = values.shape[0]
+    keys = (np.arange(rows)[:, None] * n_groups + groups[None, :]).ravel()
+    return group_median(values.ravel(), keys, rows * n_groups).reshape(rows, n_groups)
+
+
+def row_medians(values: np.ndarray) -> np.ndarray:
+    """:func:`median` of every row of a 2-D array (NaN for a row with no finite value)."""
+    v = np.sort(np.where(np.isfinite(values), values, np.nan), axis=1)  # NaN (and ±inf masked) last
+    m = np.isfinite(values).sum(axis=1)
+    rows = np.arange(len(v))
+    out = 0.5 * (v[rows, np.maximum(m - 1, 0) // 2] + v[rows, m // 2 - (m == 0)])
+    out[m == 0] = np.nan
+    return out
+
+
+def robust_z_rows(values: np.ndarray, floors: np.ndarray) -> np.ndarray:
+    """:func:`robust_z` of every row of *values* with its own floor (*floors*, one per row)."""
+    med = row_medians(values)
+    mad = row_medians(np.abs(values - med[:, None]))
+    scale = np.where(np.isfinite(mad), np.maximum(MAD_TO_SIGMA * mad, floors), floors)
+    return (values - med[:, None]) / scale[:, None]
