@@ -29,7 +29,8 @@ from collector.schema import (
     THROTTLE_SW_THERMAL,
 )
 from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
-from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, new_samples_order, previous, runs
+from pipeline.ring import (ByTick, Folded, Ring, carried, counter_deltas, last_rows, new_samples_order, previous,
+                           previous_rows, runs)
 
 #: Gauges whose windows get level / spread / slope.
 WINDOW_GAUGES: tuple[str, ...] = ("temp_gpu_c", "temp_mem_c", "power_w", "sm_clock_mhz", "util_gpu")
@@ -130,13 +131,14 @@ class GpuWindowState:
         if len(rows) == 0:
             return None
         self.ensure(int(rows.slot.max()) + 1)
-        order, slot, ts, n_dup = new_samples_order(rows.ts, rows.slot, self.last_ts)
+        order, slot, ts, n_dup = new_samples_order(rows.ts, rows.slot, self.last_ts, tick)
         self.duplicates += n_dup
         if len(order) == 0:
             return None
         n = len(ts)
         tick = np.zeros(n, np.int64) if tick is None else tick[order]
-        # only the columns the ring needs, gathered one contiguous row at a time
+        # only the columns the ring needs, gathered one contiguous row at a time (tick-major
+        # order keeps each gather within one tick's rows)
         vals = np.empty((len(_RING_IDX), n))
         for i, j in enumerate(_RING_IDX):
             np.take(rows.vals[j], order, out=vals[i])
@@ -144,6 +146,7 @@ class GpuWindowState:
         b = np.floor(ts / self.bucket_s).astype(np.int64)
         first, starts = runs(slot, b, tick)
         first_slots = slot[first]
+        prev = previous_rows(slot, first)
 
         sums = np.empty((len(starts), N_STATS))
         # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
@@ -163,8 +166,8 @@ class GpuWindowState:
                 sums[:, np.arange(col.start, col.stop)[some]] = np.add.reduceat(
                     okf if w is None else okf * w, starts, axis=1).T
         # counters: increments with reset handling, and the time they cover
-        delta = counter_deltas(cur, first, self.last_vals[_COUNTER_IDX][:, first_slots])
-        dt = ts - previous(ts, first, self.last_ts[first_slots])
+        delta = counter_deltas(cur, first, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]))
+        dt = ts - previous(ts, first, carried(ts, prev, self.last_ts[first_slots]))
         dt_ok = np.isfinite(dt)
         unknown = ~np.isfinite(delta)
         unknown |= ~dt_ok
@@ -186,7 +189,7 @@ class GpuWindowState:
         sums[:, STATS["samples"]] = np.diff(np.append(starts, n))[:, None]
         sums[:, STATS["xid"]] = 0.0
 
-        last = last_rows(first, tick)
+        last = last_rows(first)
         return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 0)),
                       ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1)), (0, 0, 1)))
 
