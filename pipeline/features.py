@@ -159,8 +159,8 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     x = np.full((r, len(FEATURE_NAMES)), np.nan, np.float32)
     short, long = gpu.windows(gpus.n, tick_end, n_short)
     s = np.empty((2, r, short.shape[1]))
-    np.take(short, slots, axis=0, out=s[0])
-    np.take(long, slots, axis=0, out=s[1])
+    np.take(short, slots, axis=0, out=s[0], mode="clip")  # slots < n: "clip" skips a buffer
+    np.take(long, slots, axis=0, out=s[1], mode="clip")
     s = s.transpose(0, 2, 1)  # (window, stat, GPU): each stat block is a contiguous view
 
     n, sx, st, sxx, stt, stx = s[:, _N], s[:, _SX], s[:, _ST], s[:, _SXX], s[:, _STT], s[:, _STX]
