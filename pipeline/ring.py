@@ -75,7 +75,8 @@ class Ring:
 
         The ring is exactly as long as the long window, so every position is in it; cells
         of slots ``< n`` holding an older bucket are stale and are zeroed here (their
-        content can never be read again), so a plain sum over positions is the window.
+        content can never be read again), so a plain sum over positions is the window;
+        they are then tagged as the (empty) bucket they stand for, so each is zeroed once.
         """
         buckets = np.empty(self.n_buckets, np.int64)
         wanted = np.arange(b_end - self.n_buckets, b_end, dtype=np.int64)
@@ -83,6 +84,7 @@ class Ring:
         stale = self.tag[:, :n] != buckets[:, None]
         if stale.any():
             self.acc[:, :n][stale] = 0.0
+            self.tag[:, :n][stale] = np.broadcast_to(buckets[:, None], stale.shape)[stale]
         return buckets
 
     def weighted_sums(self, n: int, weights: np.ndarray, stats: slice = slice(None)) -> list[np.ndarray]:
@@ -96,7 +98,9 @@ class Ring:
         out = []
         for w in weights:
             pos = np.flatnonzero(w)
-            if len(pos) == self.n_buckets:
+            if len(pos) == 1:  # one bucket (the short window): a product, no sum
+                out.append(self.acc[pos[0], :n, stats] * w[pos[0]])
+            elif len(pos) == self.n_buckets:
                 out.append(np.einsum("b,bsc->sc", w, self.acc[:, :n, stats]))
             else:
                 out.append(np.einsum("b,bsc->sc", w[pos], self.acc[pos, :n, stats]))
