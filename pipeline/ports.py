@@ -67,10 +67,11 @@ class PortWindowState:
         vals, active = rows.vals[:, order], rows.active[order]
         b = np.floor(ts / self.bucket_s).astype(np.int64)
         first, starts = runs(port, b, tick)
-        fp = port[first]
-        prev = previous_rows(port, first)
-        delta = counter_deltas(vals, first, carried(vals, prev, self.last_vals[:, fp]))
-        dt = ts - previous(ts, first, carried(ts, prev, self.last_ts[fp]))
+        first_at = np.flatnonzero(first)
+        fp = port[first_at]
+        prev = previous_rows(port, first_at)
+        delta = counter_deltas(vals, first_at, carried(vals, prev, self.last_vals[:, fp]))
+        dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[fp]))
         dt_ok = np.isfinite(dt)
         known = np.isfinite(delta) & dt_ok
         sums = np.empty((len(starts), N_PORT_STATS))

@@ -178,11 +178,11 @@ def last_rows(first: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.append(first[1:], True))
 
 
-def previous_rows(slot: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """For the first row of each (tick, slot) group (rows sorted by tick, slot, ts): the row
-    of the same slot just before it — the last row of that slot's latest earlier tick — or
-    -1 when this fold has none (the slot's state then holds the previous sample)."""
-    starts = np.flatnonzero(first)
+def previous_rows(slot: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """For the first row of each (tick, slot) group (*starts*: their indices, rows sorted by
+    tick, slot, ts): the row of the same slot just before it — the last row of that slot's
+    latest earlier tick — or -1 when this fold has none (the slot's state then holds the
+    previous sample)."""
     ends = np.append(starts[1:], len(slot)) - 1
     g_slot = slot[starts]
     by_slot = np.argsort(g_slot, kind="stable")  # each slot's groups in tick order
@@ -229,7 +229,8 @@ class ByTick:
 
 def previous(values: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.ndarray:
     """Value of the previous row of the same slot: the row before, or *carried* (see
-    :func:`carried`, aligned to the first rows) for a group's first row."""
+    :func:`carried`, aligned to the first rows) for a group's first row (*first*: indices
+    of the groups' first rows, or their mask)."""
     prev = np.empty_like(values)
     prev[..., 1:] = values[..., :-1]
     prev[..., first] = carried
@@ -239,7 +240,8 @@ def previous(values: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.n
 def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.ndarray:
     """Increments of cumulative counters (rows on the last axis, sorted by slot then ts).
 
-    *carried* is the value before each group's first row (see :func:`carried`).
+    *first* indexes (or masks) each group's first row, *carried* is the value before it
+    (see :func:`carried`).
     A counter that went down was reset (driver reload, GPU reset, reboot): the
     increment is the new value, counted from zero — never negative. NaN (field not
     supported, or no previous sample) stays NaN, so it never reads as "no errors".

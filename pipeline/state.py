@@ -145,8 +145,9 @@ class GpuWindowState:
         x, cur, thr = vals[: len(_GAUGE_IDX)], vals[len(_GAUGE_IDX): -1], vals[-1]
         b = np.floor(ts / self.bucket_s).astype(np.int64)
         first, starts = runs(slot, b, tick)
-        first_slots = slot[first]
-        prev = previous_rows(slot, first)
+        first_at = np.flatnonzero(first)  # integer indices: cheaper than the mask for 2-D rows
+        first_slots = slot[first_at]
+        prev = previous_rows(slot, first_at)
 
         sums = np.empty((len(starts), N_STATS))
         # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
@@ -166,12 +167,12 @@ class GpuWindowState:
                 sums[:, np.arange(col.start, col.stop)[some]] = np.add.reduceat(
                     okf if w is None else okf * w, starts, axis=1).T
         # counters: increments with reset handling, and the time they cover
-        delta = counter_deltas(cur, first, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]))
-        dt = ts - previous(ts, first, carried(ts, prev, self.last_ts[first_slots]))
+        delta = counter_deltas(cur, first_at, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]))
+        dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[first_slots]))
         dt_ok = np.isfinite(dt)
         unknown = ~np.isfinite(delta)
         unknown |= ~dt_ok
-        delta[unknown] = 0.0
+        np.copyto(delta, 0.0, where=unknown)
         sums[:, STATS["cnt_delta"]] = np.add.reduceat(delta, starts, axis=1).T
         # Σdt over known rows: shared by every counter known wherever dt is
         own = (unknown & dt_ok).any(axis=1)
