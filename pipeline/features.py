@@ -152,45 +152,44 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     """Feature matrix (len(slots), len(FEATURE_NAMES)) float32 for *slots* at *tick_end*.
 
     Each group of features is computed for both windows and every gauge, counter or class
-    at once, as (window, GPU, column) blocks: the cost is a few dozen numpy calls per tick
-    whatever the number of columns.
+    at once, as contiguous (window, column, GPU) blocks written to a (feature, GPU) matrix:
+    a few dozen numpy calls per tick whatever the number of columns, each over contiguous
+    rows. The matrix is transposed to (GPU, feature) float32 once at the end.
     """
     r = len(slots)
-    x = np.full((r, len(FEATURE_NAMES)), np.nan, np.float32)
+    f = np.empty((len(FEATURE_NAMES), r))  # every row is written below
     short, long = gpu.windows(gpus.n, tick_end, n_short)
-    s = np.empty((2, r, short.shape[1]))
-    np.take(short, slots, axis=0, out=s[0], mode="clip")  # slots < n: "clip" skips a buffer
-    np.take(long, slots, axis=0, out=s[1], mode="clip")
-    s = s.transpose(0, 2, 1)  # (window, stat, GPU): each stat block is a contiguous view
+    s = np.empty((2, short.shape[1], r))  # (window, stat, GPU)
+    np.take(short.T, slots, axis=1, out=s[0], mode="clip")  # slots < n: "clip" skips a buffer
+    np.take(long.T, slots, axis=1, out=s[1], mode="clip")
 
     n, sx, st, sxx, stt, stx = s[:, _N], s[:, _SX], s[:, _ST], s[:, _SXX], s[:, _STT], s[:, _STX]
     mean = _div(sx, n)
     var = np.maximum(_div(sxx, n) - mean * mean, 0.0)
     slope = _div(n * stx - st * sx, n * stt - st * st) * 60.0
-    x[:, _GAUGE_COLS["mean"]] = mean.transpose(2, 0, 1)
-    x[:, _GAUGE_COLS["std"]] = np.sqrt(var).transpose(2, 0, 1)
-    x[:, _GAUGE_COLS["slope"]] = np.where(n >= 2, slope, np.nan).transpose(2, 0, 1)
+    f[_GAUGE_COLS["mean"]] = mean
+    f[_GAUGE_COLS["std"]] = np.sqrt(var)
+    f[_GAUGE_COLS["slope"]] = np.where(n >= 2, slope, np.nan)
 
     rate = _div(s[:, _CNT_DELTA], s[:, _CNT_DT])  # per second, NaN when unsupported or no interval
     v = _either_or_sum(rate[:, _RATE_FIRST], rate[:, _RATE_SECOND], _RATE_PAIR[:, None], _RATE_EITHER[:, None])
     v *= _RATE_PER[:, None]
     for w, (sel, cols) in enumerate(zip(_RATE_IN, _RATE_COLS)):
-        x[:, cols] = v[w, sel].T
-    x[:, _THR_COLS] = _div(s[:, _THR_BITS], s[:, _THR_KNOWN, None]).transpose(2, 0, 1)
+        f[cols] = v[w, sel]
+    f[_THR_COLS] = _div(s[:, _THR_BITS], s[:, _THR_KNOWN, None])
 
     nodes = gpus.slot_node[slots]
-    nx = np.stack(node_xids.windows(len(gpus.nodes), tick_end, n_short))[:, nodes]  # (window, GPU, class)
-    x[:, _XID_COLS] = s[:, _XID].transpose(2, 0, 1) + nx.transpose(1, 0, 2)
+    nx = np.stack(node_xids.windows(len(gpus.nodes), tick_end, n_short)).transpose(0, 2, 1)  # (window, class, node)
+    f[_XID_COLS] = s[:, _XID] + nx[:, :, nodes]
 
     last = gpu.last_vals[:, slots]
-    x[:, _LAST_COLS] = _either_or_sum(last[_LAST_FIRST], last[_LAST_SECOND], _LAST_PAIR[:, None],
-                                      _LAST_EITHER[:, None]).T
-    x[:, FEATURE_INDEX["sample_age_s"]] = tick_end - gpu.last_ts[slots]
-    x[:, FEATURE_INDEX["samples_short"]] = s[0, _SAMPLES]
+    f[_LAST_COLS] = _either_or_sum(last[_LAST_FIRST], last[_LAST_SECOND], _LAST_PAIR[:, None], _LAST_EITHER[:, None])
+    f[FEATURE_INDEX["sample_age_s"]] = tick_end - gpu.last_ts[slots]
+    f[FEATURE_INDEX["samples_short"]] = s[0, _SAMPLES]
 
     # peers: each GPU against its node's median; each node against the fleet
     uniq, grp = np.unique(nodes, return_inverse=True)
-    x[:, FEATURE_INDEX["node_gpus_scored"]] = np.bincount(grp, minlength=len(uniq))[grp]
+    f[FEATURE_INDEX["node_gpus_scored"]] = np.bincount(grp, minlength=len(uniq))[grp]
     own = mean[0, _MED_IDX]  # (gauge, GPU) short-window means
     node_med = group_medians(own, grp, len(uniq))  # one median per node and gauge
     med = node_med[:, grp]
@@ -205,11 +204,11 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
             v = _div(m - o, m)
         else:
             v = _div(np.abs(o - m), m)
-        x[:, FEATURE_INDEX[name]] = v
-    x[:, _FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp].T
+        f[FEATURE_INDEX[name]] = v
+    f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
 
-    _net_features(x, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short)
-    return x
+    _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short)
+    return np.ascontiguousarray(f.T, dtype=np.float32)
 
 
 #: Node-level port sums, one column each: rate Σ and "some port known" per (window, counter),
@@ -220,14 +219,17 @@ _NET_WIDTH = 4 * _K + 3
 _NET_LAST_COLS = np.array([FEATURE_INDEX["net_ports_not_active_frac_short"], FEATURE_INDEX["net_ports"]], np.intp)
 
 
-def _net_features(x: np.ndarray, ports: PortWindowState, reg: PortRegistry, nodes: np.ndarray, n_nodes: int,
+def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, nodes: np.ndarray, n_nodes: int,
                   tick_end: float, n_short: int) -> None:
-    """Port features per node (every port of the node summed), written into *x* for each GPU's node.
+    """Port features per node (every port of the node summed), written into the (feature, GPU)
+    matrix *f* for each GPU's node (NaN without any port).
 
     Every node sum is one ``bincount`` over a (port, column) block: each node's ports are
     added in canonical port order, so features do not depend on arrival order.
     """
     if reg.n == 0:
+        f[_NET_RATE_COLS.ravel()] = np.nan
+        f[_NET_LAST_COLS] = np.nan
         return
     order = reg.canonical_order()  # fixed summation order: features do not depend on arrival order
     pnode = reg.port_node[order]
@@ -249,6 +251,6 @@ def _net_features(x: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     bins = (pnode[:, None] * _NET_WIDTH + np.arange(_NET_WIDTH)).ravel()
     per_node = np.bincount(bins, weights=block.ravel(), minlength=n_nodes * _NET_WIDTH).reshape(n_nodes, _NET_WIDTH)
     totals = np.where(per_node[:, 2 * _K:4 * _K] > 0, per_node[:, :2 * _K], np.nan)
-    x[:, _NET_RATE_COLS.ravel()] = totals[nodes]
+    f[_NET_RATE_COLS.ravel()] = totals.T[:, nodes]
     known, down, n_live = per_node[:, 4 * _K], per_node[:, 4 * _K + 1], per_node[:, 4 * _K + 2]
-    x[:, _NET_LAST_COLS] = np.stack((_div(down, known), n_live), axis=1)[nodes]
+    f[_NET_LAST_COLS] = np.stack((_div(down, known), n_live))[:, nodes]

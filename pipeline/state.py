@@ -75,7 +75,9 @@ def _layout() -> dict[str, slice]:
 #: Stat name → columns of one ring cell.
 STATS = _layout()
 N_STATS = max(s.stop for s in STATS.values())
-_MOMENTS_STOP = max(STATS[k].stop for k in ("n", "sx", "st"))  # stats the slope re-referencing reads
+#: Ring parts: n, then Σx and Σt, then the rest — the columns the slope re-referencing weighs
+#: (:meth:`GpuWindowState.windows`) each read as one contiguous block.
+_RING_PARTS = (STATS["n"].stop, max(STATS[k].stop for k in ("sx", "st")))
 
 _GAUGE_IDX = np.array([GPU_COL[g] for g in WINDOW_GAUGES])
 _COUNTER_IDX = np.array([GPU_COL[c] for c in GPU_COUNTERS])
@@ -89,7 +91,7 @@ class GpuWindowState:
 
     def __init__(self, n_buckets: int, bucket_s: float, capacity: int = 1024) -> None:
         self.bucket_s = float(bucket_s)
-        self.ring = Ring(n_buckets, capacity, N_STATS)
+        self.ring = Ring(n_buckets, capacity, N_STATS, _RING_PARTS)
         self.last_ts = np.full(capacity, np.nan)
         self.last_seen = np.full(capacity, -np.inf)
         self.last_vals = np.full((len(GPU_VALUE_COLUMNS), capacity), np.nan)
@@ -222,12 +224,14 @@ class GpuWindowState:
         in_short = (buckets >= b_end - n_short).astype(np.float64)
         n_, sx, st, stt, stx = (STATS[k] for k in ("n", "sx", "st", "stt", "stx"))
         ring = self.ring
+        sx_st = slice(sx.start, st.stop)
         for plain, wo in ((short, in_short * o), (long, o)):  # only n, Σx, Σt are re-referenced
-            by_o, = ring.weighted_sums(n, wo[None], slice(0, _MOMENTS_STOP))
+            by_o_n, = ring.weighted_sums(n, wo[None], n_)
+            by_o, = ring.weighted_sums(n, wo[None], sx_st)
             by_o2, = ring.weighted_sums(n, (wo * o)[None], n_)
-            plain[:, st] += by_o[:, n_]
-            plain[:, stt] += 2.0 * by_o[:, st] + by_o2
-            plain[:, stx] += by_o[:, sx]
+            plain[:, st] += by_o_n
+            plain[:, stt] += 2.0 * by_o[:, st.start - sx.start:] + by_o2
+            plain[:, stx] += by_o[:, : sx.stop - sx.start]
         return short, long
 
 
