@@ -158,10 +158,10 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     """
     r = len(slots)
     f = np.empty((len(FEATURE_NAMES), r))  # every row is written below
-    short, long = gpu.windows(gpus.n, tick_end, n_short)
-    s = np.empty((2, short.shape[1], r))  # (window, stat, GPU)
-    np.take(short.T, slots, axis=1, out=s[0], mode="clip")  # slots < n: "clip" skips a buffer
-    np.take(long.T, slots, axis=1, out=s[1], mode="clip")
+    s = np.empty((2, gpu.ring.n_stats, r))  # (window, stat, GPU)
+    for w, parts in enumerate(gpu.windows(gpus.n, tick_end, n_short)):
+        for (lo, hi), part in zip(gpu.ring.bounds, parts):
+            s[w, lo:hi] = part.take(slots, axis=0, mode="clip").T  # slots < n: "clip" skips a buffer
 
     n, sx, st, sxx, stt, stx = s[:, _N], s[:, _SX], s[:, _ST], s[:, _SXX], s[:, _STT], s[:, _STX]
     mean = _div(sx, n)

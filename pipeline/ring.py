@@ -135,19 +135,32 @@ class Ring:
                 out.append(np.einsum("b,bsc->sc", w[pos], acc[pos, :n, cols]))
         return out
 
-    def window(self, n: int, b_end: int, n_short: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def window_parts(self, n: int, b_end: int, n_short: int) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
         """Bucket index of every ring position (see :meth:`window_buckets`), and the sums over
-        the short and the long window ending before bucket *b_end*: two (n, n_stats)."""
+        the short and the long window ending before bucket *b_end*, per part: (n, width) each."""
         buckets = self.window_buckets(n, b_end)
         pos = np.flatnonzero(buckets >= b_end - n_short)
         short, long = [], []
         for acc in self.accs:
             cells = acc[:, :n]
             long.append(cells.sum(axis=0))  # into a fresh contiguous array: much faster than out=
-            short.append(cells[pos[0]] if len(pos) == 1 else cells[pos].sum(axis=0))
+            short.append(cells[pos[0]].copy() if len(pos) == 1 else cells[pos].sum(axis=0))
+        return buckets, short, long
+
+    def window(self, n: int, b_end: int, n_short: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`window_parts` with the parts side by side: two (n, n_stats)."""
+        buckets, short, long = self.window_parts(n, b_end, n_short)
         if len(self.accs) == 1:
-            return buckets, short[0].copy() if len(pos) == 1 else short[0], long[0]
+            return buckets, short[0], long[0]
         return buckets, np.concatenate(short, axis=1), np.concatenate(long, axis=1)
+
+    def columns(self, parts: list[np.ndarray], stats: slice) -> np.ndarray:
+        """View of columns *stats* (inside one part) of per-part arrays from :meth:`window_parts`."""
+        lo, hi, _ = stats.indices(self.n_stats)
+        for (a, b), part in zip(self.bounds, parts):
+            if a <= lo and hi <= b:
+                return part[:, lo - a: hi - a]
+        raise ValueError(f"stats {lo}:{hi} span more than one part of {self.bounds}")
 
 
 def sort_order(ts: np.ndarray, key: np.ndarray) -> np.ndarray:

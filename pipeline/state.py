@@ -213,25 +213,27 @@ class GpuWindowState:
         self.ring.add_at(slots, b, STATS["xid"].start + xid_class(codes))
         np.maximum.at(self.last_seen, slots, ts)
 
-    def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
-        """Short- and long-window sums for slots ``< n`` at *tick_end*, with Σt, Σt², Σtx
-        re-referenced from each bucket's start to the window end (t ≤ 0), so that the
-        slope can be read off the sums: Σ(t+o) = Σt + o·n, Σ(t+o)² = Σt² + 2o·Σt + o²·n,
-        Σ(t+o)x = Σtx + o·Σx for a bucket starting o seconds before the end."""
+    def windows(self, n: int, tick_end: float, n_short: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Short- and long-window sums for slots ``< n`` at *tick_end*, per ring part ((n, width)
+        each, columns ``self.ring.bounds``), with Σt, Σt², Σtx re-referenced from each bucket's
+        start to the window end (t ≤ 0), so that the slope can be read off the sums:
+        Σ(t+o) = Σt + o·n, Σ(t+o)² = Σt² + 2o·Σt + o²·n, Σ(t+o)x = Σtx + o·Σx for a bucket
+        starting o seconds before the end."""
         b_end = int(round(tick_end / self.bucket_s))
-        buckets, short, long = self.ring.window(n, b_end, n_short)
+        ring = self.ring
+        buckets, short, long = ring.window_parts(n, b_end, n_short)
         o = (buckets - b_end) * self.bucket_s
         in_short = (buckets >= b_end - n_short).astype(np.float64)
         n_, sx, st, stt, stx = (STATS[k] for k in ("n", "sx", "st", "stt", "stx"))
-        ring = self.ring
-        sx_st = slice(sx.start, st.stop)
+        k = sx.stop - sx.start
         for plain, wo in ((short, in_short * o), (long, o)):  # only n, Σx, Σt are re-referenced
             by_o_n, = ring.weighted_sums(n, wo[None], n_)
-            by_o, = ring.weighted_sums(n, wo[None], sx_st)
+            by_o, = ring.weighted_sums(n, wo[None], slice(sx.start, st.stop))  # one part: Σx then Σt
+            by_o_sx, by_o_st = by_o[:, :k], by_o[:, k:]
             by_o2, = ring.weighted_sums(n, (wo * o)[None], n_)
-            plain[:, st] += by_o_n
-            plain[:, stt] += 2.0 * by_o[:, st.start - sx.start:] + by_o2
-            plain[:, stx] += by_o[:, : sx.stop - sx.start]
+            ring.columns(plain, st)[...] += by_o_n
+            ring.columns(plain, stt)[...] += 2.0 * by_o_st + by_o2
+            ring.columns(plain, stx)[...] += by_o_sx
         return short, long
 
 
