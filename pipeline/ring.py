@@ -255,6 +255,8 @@ class Folded:
 
     cells: "ByTick"
     lasts: "ByTick"
+    #: when set, the cells' sums are (row, cell) and ``sums[stat_rows]`` are the ring stats
+    stat_rows: np.ndarray | None = None
 
 
 class ByTick:

@@ -151,54 +151,72 @@ class GpuWindowState:
         first_slots = slot[first_at]
         prev = previous_rows(slot, first_at)
 
-        sums = np.empty((len(starts), N_STATS))
-        # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
+        # Every per-row weight is written into one (row, sample) block and reduced to cells by one
+        # reduceat; stat_rows maps each ring stat to its row of the result (a shared row once).
+        g, kc, nb = len(_GAUGE_IDX), len(_COUNTER_IDX), len(THROTTLE_BITS)
         t = ts - b * self.bucket_s
         ok = np.isfinite(x)
-        x0 = np.where(ok, x, 0.0)
-        for name, w in (("sx", x0), ("sxx", x0 * x0), ("stx", x0 * t)):
-            sums[:, STATS[name]] = np.add.reduceat(w, starts, axis=1).T
-        # n, Σt, Σt² are the same for every gauge without a missing value: summed once for those
-        some = ~ok.all(axis=1)
-        for name, w in (("n", None), ("st", t), ("stt", t * t)):
-            col = STATS[name]
-            if not some.all():
-                sums[:, col] = np.add.reduceat(np.ones(n) if w is None else w, starts)[:, None]
-            if some.any():
-                okf = ok[some].astype(np.float64)
-                sums[:, np.arange(col.start, col.stop)[some]] = np.add.reduceat(
-                    okf if w is None else okf * w, starts, axis=1).T
-        # counters: increments with reset handling, and the time they cover
+        some = ~ok.all(axis=1)  # gauges with a missing value get their own n, Σt, Σt²
         delta = counter_deltas(cur, first_at, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]))
         dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[first_slots]))
         dt_ok = np.isfinite(dt)
         unknown = ~np.isfinite(delta)
         unknown |= ~dt_ok
-        np.copyto(delta, 0.0, where=unknown)
-        sums[:, STATS["cnt_delta"]] = np.add.reduceat(delta, starts, axis=1).T
-        # Σdt over known rows: shared by every counter known wherever dt is
-        own = (unknown & dt_ok).any(axis=1)
-        col = STATS["cnt_dt"]
-        if not own.all():
-            sums[:, col] = np.add.reduceat(np.where(dt_ok, dt, 0.0), starts)[:, None]
-        if own.any():
-            sums[:, np.arange(col.start, col.stop)[own]] = np.add.reduceat(
-                np.where(unknown[own], 0.0, dt), starts, axis=1).T
-        # throttle bits
+        own = (unknown & dt_ok).any(axis=1)  # counters unknown where dt is known sum their own Σdt
         thr_ok = np.isfinite(thr)
-        bits = (np.where(thr_ok, thr, 0).astype(np.int64)[None, :] & _THR_MASKS[:, None]) != 0
-        sums[:, STATS["thr_known"]] = np.add.reduceat(thr_ok.astype(np.float64), starts)[:, None]
-        sums[:, STATS["thr_bits"]] = np.add.reduceat(bits.astype(np.float64), starts, axis=1).T
-        sums[:, STATS["samples"]] = np.diff(np.append(starts, n))[:, None]
-        sums[:, STATS["xid"]] = 0.0
+        w = np.empty((3 * g + 4 + 3 * int(some.sum()) + kc + int(own.sum()) + 2 + nb, n))
+        stat_rows = np.empty(N_STATS, np.intp)
+        at = 0
+
+        def alloc(count: int, stats: np.ndarray) -> np.ndarray:
+            """The next *count* rows of w, for the ring *stats* (one row each, or one shared)."""
+            nonlocal at
+            stat_rows[stats] = at + np.arange(count) if count == len(stats) else at
+            at += count
+            return w[at - count: at]
+
+        # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
+        cols = {k: np.arange(v.start, v.stop) for k, v in STATS.items()}
+        x0 = alloc(g, cols["sx"])
+        np.copyto(x0, x)
+        np.copyto(x0, 0.0, where=~ok)
+        np.multiply(x0, x0, out=alloc(g, cols["sxx"]))
+        np.multiply(x0, t, out=alloc(g, cols["stx"]))
+        # n, Σt, Σt² are the same for every gauge without a missing value: summed once for those
+        tt = t * t
+        alloc(1, np.append(cols["n"][~some], cols["samples"]))[0] = 1.0
+        alloc(1, cols["st"][~some])[0] = t
+        alloc(1, cols["stt"][~some])[0] = tt
+        if some.any():
+            okf = ok[some]
+            np.copyto(alloc(len(okf), cols["n"][some]), okf)
+            np.multiply(okf, t, out=alloc(len(okf), cols["st"][some]))
+            np.multiply(okf, tt, out=alloc(len(okf), cols["stt"][some]))
+        # counters: increments with reset handling, and the time they cover
+        dst = alloc(kc, cols["cnt_delta"])
+        np.copyto(dst, delta)
+        np.copyto(dst, 0.0, where=unknown)
+        np.copyto(alloc(1, cols["cnt_dt"][~own])[0], np.where(dt_ok, dt, 0.0))  # Σdt shared by the others
+        if own.any():
+            dst = alloc(int(own.sum()), cols["cnt_dt"][own])
+            np.copyto(dst, dt)
+            np.copyto(dst, 0.0, where=unknown[own])
+        # throttle bits
+        np.copyto(alloc(1, cols["thr_known"])[0], thr_ok)
+        bits = np.where(thr_ok, thr, 0).astype(np.int64)[None, :] & _THR_MASKS[:, None]
+        np.not_equal(bits, 0, out=alloc(nb, cols["thr_bits"]))
+        alloc(1, cols["xid"])[0] = 0.0
+        sums = np.add.reduceat(w[:at], starts, axis=1)  # (row, cell)
 
         last = last_rows(first)
-        return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 0)),
-                      ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1)), (0, 0, 1)))
+        return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 1)),
+                      ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1)), (0, 0, 1)),
+                      stat_rows)
 
     def apply(self, folded: Folded, k: int) -> None:
         """Add tick *k* of :meth:`fold`'s result to the state (ticks in order)."""
-        self.ring.add_cells(*folded.cells.of(k))
+        slot, b, sums = folded.cells.of(k)
+        self.ring.add_cells(slot, b, sums[folded.stat_rows].T)
         ls, ts, vals = folded.lasts.of(k)
         self.last_ts[ls] = ts
         self.last_vals[:, ls] = vals
