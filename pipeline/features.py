@@ -188,10 +188,12 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     f[FEATURE_INDEX["samples_short"]] = s[0, _SAMPLES]
 
     # peers: each GPU against its node's median; each node against the fleet
-    uniq, grp = np.unique(nodes, return_inverse=True)
-    f[FEATURE_INDEX["node_gpus_scored"]] = np.bincount(grp, minlength=len(uniq))[grp]
+    per_node = np.bincount(nodes, minlength=len(gpus.nodes))  # node ids are dense: no sort needed
+    scored = per_node > 0
+    grp = (np.cumsum(scored) - 1)[nodes]  # index of each GPU's node among the nodes scored, by id
+    f[FEATURE_INDEX["node_gpus_scored"]] = per_node[nodes]
     own = mean[0, _MED_IDX]  # (gauge, GPU) short-window means
-    node_med = group_medians(own, grp, len(uniq))  # one median per node and gauge
+    node_med = group_medians(own, grp, int(scored.sum()))  # one median per node and gauge
     med = node_med[:, grp]
     for name, g, _, _ in _PEERS:
         j = _MED_GAUGES.index(g)
