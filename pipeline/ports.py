@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.columns import NET_STATE_COUNTERS, NetRows
-from pipeline.ring import (ByTick, Folded, Ring, carried, counter_deltas, last_rows, new_samples_order, previous,
-                           previous_rows, runs)
+from pipeline.ring import ByTick, Folded, Ring
+from pipeline.runs import carried, counter_deltas, last_rows, new_samples_order, previous, previous_rows, runs
 from pipeline.state import XID_CLASSES, xid_class
 
 _K = len(NET_STATE_COUNTERS)

@@ -29,8 +29,8 @@ from collector.schema import (
     THROTTLE_SW_THERMAL,
 )
 from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
-from pipeline.ring import (ByTick, Folded, Ring, carried, counter_deltas, last_rows, new_samples_order, previous,
-                           previous_rows, runs)
+from pipeline.ring import ByTick, Folded, Ring
+from pipeline.runs import carried, counter_deltas, last_rows, new_samples_order, previous, previous_rows, runs
 
 #: Gauges whose windows get level / spread / slope.
 WINDOW_GAUGES: tuple[str, ...] = ("temp_gpu_c", "temp_mem_c", "power_w", "sm_clock_mhz", "util_gpu")
