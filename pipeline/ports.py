@@ -64,7 +64,10 @@ class PortWindowState:
         if len(order) == 0:
             return None
         tick = np.zeros(len(ts), np.int64) if tick is None else tick[order]
-        vals, active = rows.vals[:, order], rows.active[order]
+        vals = np.empty((_K, len(ts)))
+        for i in range(_K):  # one contiguous row at a time; order is a permutation: "clip" skips a buffer
+            np.take(rows.vals[i], order, out=vals[i], mode="clip")
+        active = rows.active[order]
         b = np.floor(ts / self.bucket_s).astype(np.int64)
         first, starts = runs(port, b, tick)
         first_at = np.flatnonzero(first)

@@ -143,7 +143,7 @@ class GpuWindowState:
         # order keeps each gather within one tick's rows)
         vals = np.empty((len(_RING_IDX), n))
         for i, j in enumerate(_RING_IDX):
-            np.take(rows.vals[j], order, out=vals[i])
+            np.take(rows.vals[j], order, out=vals[i], mode="clip")  # order is a permutation: "clip" skips a buffer
         x, cur, thr = vals[: len(_GAUGE_IDX)], vals[len(_GAUGE_IDX): -1], vals[-1]
         b = np.floor(ts / self.bucket_s).astype(np.int64)
         first, starts = runs(slot, b, tick)
