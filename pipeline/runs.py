@@ -107,7 +107,8 @@ def previous(values: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.n
     return prev
 
 
-def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.ndarray:
+def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray, out: np.ndarray | None = None
+                   ) -> np.ndarray:
     """Increments of cumulative counters (rows on the last axis, sorted by slot then ts).
 
     *first* indexes (or masks) each group's first row, *carried* is the value before it
@@ -115,8 +116,9 @@ def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray) -> n
     A counter that went down was reset (driver reload, GPU reset, reboot): the
     increment is the new value, counted from zero — never negative. NaN (field not
     supported, or no previous sample) stays NaN, so it never reads as "no errors".
+    Written into *out* when given (same shape as *cur*).
     """
-    delta = np.empty_like(cur)
+    delta = np.empty_like(cur) if out is None else out
     np.subtract(cur[..., 1:], cur[..., :-1], out=delta[..., 1:])
     delta[..., first] = cur[..., first] - carried
     np.copyto(delta, cur, where=delta < 0)

@@ -157,14 +157,7 @@ class GpuWindowState:
         t = ts - b * self.bucket_s
         ok = np.isfinite(x)
         some = ~ok.all(axis=1)  # gauges with a missing value get their own n, Σt, Σt²
-        delta = counter_deltas(cur, first_at, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]))
-        dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[first_slots]))
-        dt_ok = np.isfinite(dt)
-        unknown = ~np.isfinite(delta)
-        unknown |= ~dt_ok
-        own = (unknown & dt_ok).any(axis=1)  # counters unknown where dt is known sum their own Σdt
-        thr_ok = np.isfinite(thr)
-        w = np.empty((3 * g + 4 + 3 * int(some.sum()) + kc + int(own.sum()) + 2 + nb, n))
+        w = np.empty((6 * g + 3 + 2 * kc + 3 + nb, n))  # rows for the most stats any window needs
         stat_rows = np.empty(N_STATS, np.intp)
         at = 0
 
@@ -175,8 +168,17 @@ class GpuWindowState:
             at += count
             return w[at - count: at]
 
-        # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
         cols = {k: np.arange(v.start, v.stop) for k, v in STATS.items()}
+        # counters: increments with reset handling (computed in place), and the time they cover
+        delta = alloc(kc, cols["cnt_delta"])
+        counter_deltas(cur, first_at, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]), out=delta)
+        dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[first_slots]))
+        dt_ok = np.isfinite(dt)
+        unknown = ~np.isfinite(delta)
+        unknown |= ~dt_ok
+        own = (unknown & dt_ok).any(axis=1)  # counters unknown where dt is known sum their own Σdt
+        np.copyto(delta, 0.0, where=unknown)
+        # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
         x0 = alloc(g, cols["sx"])
         np.copyto(x0, x)
         np.copyto(x0, 0.0, where=~ok)
@@ -192,16 +194,13 @@ class GpuWindowState:
             np.copyto(alloc(len(okf), cols["n"][some]), okf)
             np.multiply(okf, t, out=alloc(len(okf), cols["st"][some]))
             np.multiply(okf, tt, out=alloc(len(okf), cols["stt"][some]))
-        # counters: increments with reset handling, and the time they cover
-        dst = alloc(kc, cols["cnt_delta"])
-        np.copyto(dst, delta)
-        np.copyto(dst, 0.0, where=unknown)
         np.copyto(alloc(1, cols["cnt_dt"][~own])[0], np.where(dt_ok, dt, 0.0))  # Σdt shared by the others
         if own.any():
             dst = alloc(int(own.sum()), cols["cnt_dt"][own])
             np.copyto(dst, dt)
             np.copyto(dst, 0.0, where=unknown[own])
         # throttle bits
+        thr_ok = np.isfinite(thr)
         np.copyto(alloc(1, cols["thr_known"])[0], thr_ok)
         bits = np.where(thr_ok, thr, 0).astype(np.int64)[None, :] & _THR_MASKS[:, None]
         np.not_equal(bits, 0, out=alloc(nb, cols["thr_bits"]))
