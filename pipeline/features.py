@@ -16,7 +16,7 @@ import numpy as np
 
 from collector.schema import GPU_COUNTERS
 from pipeline.columns import GPU_COL, NET_STATE_COUNTERS
-from pipeline.peers import group_median, robust_z
+from pipeline.peers import group_medians, robust_z_rows
 from pipeline.ports import PORT_STATS, NodeXidState, PortWindowState
 from pipeline.registry import GpuRegistry, PortRegistry
 from pipeline.state import STATS, THROTTLE_BITS, WINDOW_GAUGES, XID_CLASSES, GpuWindowState
@@ -97,113 +97,162 @@ FEATURE_INDEX: dict[str, int] = {n: i for i, n in enumerate(FEATURE_NAMES)}
 _CNT = {c: i for i, c in enumerate(GPU_COUNTERS)}
 
 
+def _cols(names: list[list[str]]) -> np.ndarray:
+    return np.array([[FEATURE_INDEX[n] for n in row] for row in names], np.intp)
+
+
+# Output columns of each block of features, shaped like the block (window, …), so a whole block
+# is written with one assignment instead of one call per column.
+_GAUGE_COLS = {stat: _cols([[f"{g}_{stat}_{w}" for g in WINDOW_GAUGES] for w in _W]) for stat in ("mean", "std", "slope")}
+_N, _SX, _ST, _SXX, _STT, _STX = (STATS[k] for k in ("n", "sx", "st", "sxx", "stt", "stx"))
+_CNT_DELTA, _CNT_DT, _THR_BITS, _XID = STATS["cnt_delta"], STATS["cnt_dt"], STATS["thr_bits"], STATS["xid"]
+_THR_KNOWN, _SAMPLES = STATS["thr_known"].start, STATS["samples"].start
+#: rate stems: first and second counter (second = first when there is one), "either" flag, per seconds
+_RATE_FIRST = np.array([_CNT[c[0]] for _, c, *_ in _RATES])
+_RATE_SECOND = np.array([_CNT[c[-1]] for _, c, *_ in _RATES])
+_RATE_PAIR = np.array([len(c) == 2 for _, c, *_ in _RATES])
+_RATE_EITHER = np.array([stem in _EITHER for stem, *_ in _RATES])
+_RATE_PER = np.array([float(per) for _, _, _, per, _, _ in _RATES])
+_RATE_IN = [np.flatnonzero([w in wins for *_, wins in _RATES]) for w in _W]
+_RATE_COLS = [np.array([FEATURE_INDEX[f"{_RATES[i][0]}_{w}"] for i in sel], np.intp) for w, sel in zip(_W, _RATE_IN)]
+_THR_COLS = _cols([[f"throttle_{bit}_frac_{w}" for bit, _ in THROTTLE_BITS] for w in _W])
+_XID_COLS = _cols([[f"xid_{cls}_count_{w}" for cls, _ in XID_CLASSES] for w in _W])
+#: last-value features: first and second column, "either" flag (ecc_dbe_total)
+_LAST_FIRST = np.array([GPU_COL[c[0]] for _, c, _, _ in _LAST])
+_LAST_SECOND = np.array([GPU_COL[c[-1]] for _, c, _, _ in _LAST])
+_LAST_PAIR = np.array([len(c) == 2 for _, c, _, _ in _LAST])
+_LAST_EITHER = np.array([name == "ecc_dbe_total" for name, *_ in _LAST])
+_LAST_COLS = np.array([FEATURE_INDEX[name] for name, *_ in _LAST], np.intp)
+#: gauges with a node median (peers and fleet), and where each sits in WINDOW_GAUGES
+_MED_GAUGES = tuple(dict.fromkeys(p[1] for p in _PEERS + _FLEET))
+_MED_IDX = np.array([WINDOW_GAUGES.index(g) for g in _MED_GAUGES])
+_FLEET_COLS = np.array([FEATURE_INDEX[name] for name, _, _ in _FLEET], np.intp)
+_FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
+_FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
+
+
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a / b where b > 0, else NaN (one pass; nothing is divided where b is not > 0)."""
     out = np.full(np.broadcast_shapes(np.shape(a), np.shape(b)), np.nan)
     return np.divide(a, b, out=out, where=b > 0)
 
 
+def _either_or_sum(first: np.ndarray, second: np.ndarray, pair: np.ndarray, either: np.ndarray) -> np.ndarray:
+    """Per column (last axis): *first* where only one part; for pairs, *first* else *second*
+    (``either``) or the sum ignoring NaN parts, NaN when both are NaN."""
+    ok1 = np.isfinite(first)
+    total = np.where(np.isnan(first), 0.0, first) + np.where(np.isnan(second), 0.0, second)
+    summed = np.where(ok1 | np.isfinite(second), total, np.nan)
+    return np.where(pair, np.where(either, np.where(ok1, first, second), summed), first)
+
+
 def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: NodeXidState,
                      gpus: GpuRegistry, port_reg: PortRegistry, slots: np.ndarray, tick_end: float,
                      n_short: int) -> np.ndarray:
-    """Feature matrix (len(slots), len(FEATURE_NAMES)) float32 for *slots* at *tick_end*."""
+    """Feature matrix (len(slots), len(FEATURE_NAMES)) float32 for *slots* at *tick_end*.
+
+    Each group of features is computed for both windows and every gauge, counter or class
+    at once, as contiguous (window, column, GPU) blocks written to a (feature, GPU) matrix:
+    a few dozen numpy calls per tick whatever the number of columns, each over contiguous
+    rows. The matrix is transposed to (GPU, feature) float32 once at the end.
+    """
     r = len(slots)
-    x = np.full((r, len(FEATURE_NAMES)), np.nan, np.float32)
+    f = np.empty((len(FEATURE_NAMES), r))  # every row is written below
+    s = np.empty((2, gpu.ring.n_stats, r))  # (window, stat, GPU)
+    for w, parts in enumerate(gpu.windows(gpus.n, tick_end, n_short)):
+        for (lo, hi), part in zip(gpu.ring.bounds, parts):
+            s[w, lo:hi] = part.take(slots, axis=0, mode="clip").T  # slots < n: "clip" skips a buffer
 
-    def put(name: str, v: np.ndarray) -> None:
-        x[:, FEATURE_INDEX[name]] = v
+    n, sx, st, sxx, stt, stx = s[:, _N], s[:, _SX], s[:, _ST], s[:, _SXX], s[:, _STT], s[:, _STX]
+    mean = _div(sx, n)
+    var = np.maximum(_div(sxx, n) - mean * mean, 0.0)
+    slope = _div(n * stx - st * sx, n * stt - st * st) * 60.0
+    f[_GAUGE_COLS["mean"]] = mean
+    f[_GAUGE_COLS["std"]] = np.sqrt(var)
+    f[_GAUGE_COLS["slope"]] = np.where(n >= 2, slope, np.nan)
 
-    short, long = gpu.windows(gpus.n, tick_end, n_short)
-    short, long = short[slots], long[slots]
-    means = {}
-    for w, s in zip(_W, (short, long)):
-        n, sx, sxx, st, stt, stx = (s[:, STATS[k]] for k in ("n", "sx", "sxx", "st", "stt", "stx"))
-        mean = _div(sx, n)
-        var = np.maximum(_div(sxx, n) - mean * mean, 0.0)
-        slope = _div(n * stx - st * sx, n * stt - st * st) * 60.0
-        for j, g in enumerate(WINDOW_GAUGES):
-            put(f"{g}_mean_{w}", mean[:, j])
-            put(f"{g}_std_{w}", np.sqrt(var[:, j]))
-            put(f"{g}_slope_{w}", np.where(n[:, j] >= 2, slope[:, j], np.nan))
-        means[w] = mean
-        delta, dt = s[:, STATS["cnt_delta"]], s[:, STATS["cnt_dt"]]
-        rate = _div(delta, dt)  # per second, NaN when unsupported or no interval
-        for stem, counters, _, per, _, wins in _RATES:
-            if w not in wins:
-                continue
-            cols = [rate[:, _CNT[c]] for c in counters]
-            if stem in _EITHER:
-                v = np.where(np.isfinite(cols[0]), cols[0], cols[1])
-            else:
-                v = _nansum(cols)
-            put(f"{stem}_{w}", v * per)
-        known = s[:, STATS["thr_known"].start]
-        for k, (bit, _) in enumerate(THROTTLE_BITS):
-            put(f"throttle_{bit}_frac_{w}", _div(s[:, STATS["thr_bits"].start + k], known))
+    rate = _div(s[:, _CNT_DELTA], s[:, _CNT_DT])  # per second, NaN when unsupported or no interval
+    v = _either_or_sum(rate[:, _RATE_FIRST], rate[:, _RATE_SECOND], _RATE_PAIR[:, None], _RATE_EITHER[:, None])
+    v *= _RATE_PER[:, None]
+    for w, (sel, cols) in enumerate(zip(_RATE_IN, _RATE_COLS)):
+        f[cols] = v[w, sel]
+    f[_THR_COLS] = _div(s[:, _THR_BITS], s[:, _THR_KNOWN, None])
 
     nodes = gpus.slot_node[slots]
-    xs, xl = node_xids.windows(len(gpus.nodes), tick_end, n_short)
-    for w, s, nx in zip(_W, (short, long), (xs, xl)):
-        for k, (cls, _) in enumerate(XID_CLASSES):
-            put(f"xid_{cls}_count_{w}", s[:, STATS["xid"].start + k] + nx[nodes, k])
+    nx = np.stack(node_xids.windows(len(gpus.nodes), tick_end, n_short)).transpose(0, 2, 1)  # (window, class, node)
+    f[_XID_COLS] = s[:, _XID] + nx[:, :, nodes]
 
     last = gpu.last_vals[:, slots]
-    for name, cols, _, _ in _LAST:
-        vs = [last[GPU_COL[c]] for c in cols]
-        put(name, np.where(np.isfinite(vs[0]), vs[0], vs[1]) if name == "ecc_dbe_total" else _nansum(vs))
-    put("sample_age_s", tick_end - gpu.last_ts[slots])
-    put("samples_short", short[:, STATS["samples"].start])
+    f[_LAST_COLS] = _either_or_sum(last[_LAST_FIRST], last[_LAST_SECOND], _LAST_PAIR[:, None], _LAST_EITHER[:, None])
+    f[FEATURE_INDEX["sample_age_s"]] = tick_end - gpu.last_ts[slots]
+    f[FEATURE_INDEX["samples_short"]] = s[0, _SAMPLES]
 
     # peers: each GPU against its node's median; each node against the fleet
-    uniq, grp = np.unique(nodes, return_inverse=True)
-    put("node_gpus_scored", np.bincount(grp, minlength=len(uniq))[grp])
-    short_mean = means["short"]
-    node_med = {g: group_median(short_mean[:, WINDOW_GAUGES.index(g)], grp, len(uniq))
-                for g in {p[1] for p in _PEERS + _FLEET}}  # one median per node and gauge
+    per_node = np.bincount(nodes, minlength=len(gpus.nodes))  # node ids are dense: no sort needed
+    scored = per_node > 0
+    grp = (np.cumsum(scored) - 1)[nodes]  # index of each GPU's node among the nodes scored, by id
+    f[FEATURE_INDEX["node_gpus_scored"]] = per_node[nodes]
+    own = mean[0, _MED_IDX]  # (gauge, GPU) short-window means
+    node_med = group_medians(own, grp, int(scored.sum()))  # one median per node and gauge
+    med = node_med[:, grp]
     for name, g, _, _ in _PEERS:
-        own = short_mean[:, WINDOW_GAUGES.index(g)]
-        med = node_med[g][grp]
+        j = _MED_GAUGES.index(g)
+        o, m = own[j], med[j]
         if name.startswith("temp"):
-            v = own - med
+            v = o - m
         elif name.startswith("util"):
-            v = med - own
+            v = m - o
         elif name.startswith("sm_clock"):
-            v = _div(med - own, med)
+            v = _div(m - o, m)
         else:
-            v = _div(np.abs(own - med), med)
-        put(name, v)
-    for name, g, floor in _FLEET:
-        put(name, robust_z(node_med[g], floor)[grp])
+            v = _div(np.abs(o - m), m)
+        f[FEATURE_INDEX[name]] = v
+    f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
 
-    _net_features(put, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short)
-    return x
+    _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short)
+    return np.ascontiguousarray(f.T, dtype=np.float32)
 
 
-def _net_features(put, ports: PortWindowState, reg: PortRegistry, nodes: np.ndarray, n_nodes: int,
+#: Node-level port sums, one column each: rate Σ and "some port known" per (window, counter),
+#: then samples with a known link state, samples not ACTIVE and live ports (short window).
+_K = len(NET_STATE_COUNTERS)
+_NET_RATE_COLS = _cols([[f"net_{c}_per_min_{w}" for c in NET_STATE_COUNTERS] for w in _W])
+_NET_WIDTH = 4 * _K + 3
+_NET_LAST_COLS = np.array([FEATURE_INDEX["net_ports_not_active_frac_short"], FEATURE_INDEX["net_ports"]], np.intp)
+
+
+def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, nodes: np.ndarray, n_nodes: int,
                   tick_end: float, n_short: int) -> None:
+    """Port features per node (every port of the node summed), written into the (feature, GPU)
+    matrix *f* for each GPU's node (NaN without any port).
+
+    Every node sum is one ``bincount`` over a (port, column) block: each node's ports are
+    added in canonical port order, so features do not depend on arrival order.
+    """
     if reg.n == 0:
+        f[_NET_RATE_COLS.ravel()] = np.nan
+        f[_NET_LAST_COLS] = np.nan
         return
     order = reg.canonical_order()  # fixed summation order: features do not depend on arrival order
     pnode = reg.port_node[order]
     ps, pl = ports.windows(reg.n, tick_end, n_short)
-    ps, pl = ps[order], pl[order]
-    live = pl[:, PORT_STATS["samples"].start] > 0
-    for w, s in zip(_W, (ps, pl)):
+    p = len(order)
+    block = np.empty((p, _NET_WIDTH))
+    live = pl[order, PORT_STATS["samples"].start] > 0
+    for w, win in enumerate((ps, pl)):
+        s = win[order]
         rate = _div(s[:, PORT_STATS["cnt_delta"]], s[:, PORT_STATS["cnt_dt"]]) * 60.0
-        for k, c in enumerate(NET_STATE_COUNTERS):
-            ok = np.isfinite(rate[:, k]) & live
-            total = np.bincount(pnode, weights=np.where(ok, rate[:, k], 0.0), minlength=n_nodes)
-            have = np.bincount(pnode, weights=ok, minlength=n_nodes) > 0
-            put(f"net_{c}_per_min_{w}", np.where(have, total, np.nan)[nodes])
-    known = np.bincount(pnode, weights=ps[:, PORT_STATS["state_known"].start], minlength=n_nodes)
-    down = np.bincount(pnode, weights=ps[:, PORT_STATS["not_active"].start], minlength=n_nodes)
-    put("net_ports_not_active_frac_short", _div(down, known)[nodes])
-    put("net_ports", np.bincount(pnode, weights=live, minlength=n_nodes)[nodes])
-
-
-def _nansum(cols: list[np.ndarray]) -> np.ndarray:
-    """Sum that ignores unsupported (NaN) parts but stays NaN when every part is NaN."""
-    if len(cols) == 1:
-        return cols[0]
-    stack = np.stack(cols)
-    return np.where(np.isfinite(stack).any(0), np.nansum(stack, 0), np.nan)
+        ok = np.isfinite(rate)
+        ok &= live[:, None]
+        block[:, w * _K:(w + 1) * _K] = np.where(ok, rate, 0.0)
+        block[:, (2 + w) * _K:(3 + w) * _K] = ok
+        if w == 0:
+            block[:, 4 * _K] = s[:, PORT_STATS["state_known"].start]
+            block[:, 4 * _K + 1] = s[:, PORT_STATS["not_active"].start]
+    block[:, 4 * _K + 2] = live
+    bins = (pnode[:, None] * _NET_WIDTH + np.arange(_NET_WIDTH)).ravel()
+    per_node = np.bincount(bins, weights=block.ravel(), minlength=n_nodes * _NET_WIDTH).reshape(n_nodes, _NET_WIDTH)
+    totals = np.where(per_node[:, 2 * _K:4 * _K] > 0, per_node[:, :2 * _K], np.nan)
+    f[_NET_RATE_COLS.ravel()] = totals.T[:, nodes]
+    known, down, n_live = per_node[:, 4 * _K], per_node[:, 4 * _K + 1], per_node[:, 4 * _K + 2]
+    f[_NET_LAST_COLS] = np.stack((_div(down, known), n_live))[:, nodes]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.columns import NET_STATE_COUNTERS, NetRows
-from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, new_samples_order, previous, runs
+from pipeline.ring import ByTick, Folded, Ring
+from pipeline.runs import carried, counter_deltas, last_rows, new_samples_order, previous, previous_rows, runs
 from pipeline.state import XID_CLASSES, xid_class
 
 _K = len(NET_STATE_COUNTERS)
@@ -58,17 +59,22 @@ class PortWindowState:
         if len(rows) == 0:
             return None
         self.ensure(int(rows.port.max()) + 1)
-        order, port, ts, n_dup = new_samples_order(rows.ts, rows.port, self.last_ts)
+        order, port, ts, n_dup = new_samples_order(rows.ts, rows.port, self.last_ts, tick)
         self.duplicates += n_dup
         if len(order) == 0:
             return None
         tick = np.zeros(len(ts), np.int64) if tick is None else tick[order]
-        vals, active = rows.vals[:, order], rows.active[order]
+        vals = np.empty((_K, len(ts)))
+        for i in range(_K):  # one contiguous row at a time; order is a permutation: "clip" skips a buffer
+            np.take(rows.vals[i], order, out=vals[i], mode="clip")
+        active = rows.active[order]
         b = np.floor(ts / self.bucket_s).astype(np.int64)
         first, starts = runs(port, b, tick)
-        fp = port[first]
-        delta = counter_deltas(vals, first, self.last_vals[:, fp])
-        dt = ts - previous(ts, first, self.last_ts[fp])
+        first_at = np.flatnonzero(first)
+        fp = port[first_at]
+        prev = previous_rows(port, first_at)
+        delta = counter_deltas(vals, first_at, carried(vals, prev, self.last_vals[:, fp]))
+        dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[fp]))
         dt_ok = np.isfinite(dt)
         known = np.isfinite(delta) & dt_ok
         sums = np.empty((len(starts), N_PORT_STATS))
@@ -83,7 +89,7 @@ class PortWindowState:
         sums[:, PORT_STATS["samples"]] = np.diff(np.append(starts, len(ts)))[:, None]
         sums[:, PORT_STATS["state_known"]] = np.add.reduceat((active >= 0).astype(np.float64), starts)[:, None]
         sums[:, PORT_STATS["not_active"]] = np.add.reduceat((active == 0).astype(np.float64), starts)[:, None]
-        last = last_rows(first, tick)
+        last = last_rows(first)
         return Folded(ByTick(tick[starts], (port[starts], b[starts], sums), (0, 0, 0)),
                       ByTick(tick[last], (port[last], ts[last], vals[:, last]), (0, 0, 1)))
 

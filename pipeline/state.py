@@ -29,7 +29,8 @@ from collector.schema import (
     THROTTLE_SW_THERMAL,
 )
 from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
-from pipeline.ring import ByTick, Folded, Ring, counter_deltas, last_rows, new_samples_order, previous, runs
+from pipeline.ring import ByTick, Folded, Ring
+from pipeline.runs import carried, counter_deltas, last_rows, new_samples_order, previous, previous_rows, runs
 
 #: Gauges whose windows get level / spread / slope.
 WINDOW_GAUGES: tuple[str, ...] = ("temp_gpu_c", "temp_mem_c", "power_w", "sm_clock_mhz", "util_gpu")
@@ -74,7 +75,9 @@ def _layout() -> dict[str, slice]:
 #: Stat name → columns of one ring cell.
 STATS = _layout()
 N_STATS = max(s.stop for s in STATS.values())
-_MOMENTS_STOP = max(STATS[k].stop for k in ("n", "sx", "st"))  # stats the slope re-referencing reads
+#: Ring parts: n, then Σx and Σt, then the rest — the columns the slope re-referencing weighs
+#: (:meth:`GpuWindowState.windows`) each read as one contiguous block.
+_RING_PARTS = (STATS["n"].stop, max(STATS[k].stop for k in ("sx", "st")))
 
 _GAUGE_IDX = np.array([GPU_COL[g] for g in WINDOW_GAUGES])
 _COUNTER_IDX = np.array([GPU_COL[c] for c in GPU_COUNTERS])
@@ -88,7 +91,7 @@ class GpuWindowState:
 
     def __init__(self, n_buckets: int, bucket_s: float, capacity: int = 1024) -> None:
         self.bucket_s = float(bucket_s)
-        self.ring = Ring(n_buckets, capacity, N_STATS)
+        self.ring = Ring(n_buckets, capacity, N_STATS, _RING_PARTS)
         self.last_ts = np.full(capacity, np.nan)
         self.last_seen = np.full(capacity, -np.inf)
         self.last_vals = np.full((len(GPU_VALUE_COLUMNS), capacity), np.nan)
@@ -130,69 +133,89 @@ class GpuWindowState:
         if len(rows) == 0:
             return None
         self.ensure(int(rows.slot.max()) + 1)
-        order, slot, ts, n_dup = new_samples_order(rows.ts, rows.slot, self.last_ts)
+        order, slot, ts, n_dup = new_samples_order(rows.ts, rows.slot, self.last_ts, tick)
         self.duplicates += n_dup
         if len(order) == 0:
             return None
         n = len(ts)
         tick = np.zeros(n, np.int64) if tick is None else tick[order]
-        # only the columns the ring needs, gathered one contiguous row at a time
+        # only the columns the ring needs, gathered one contiguous row at a time (tick-major
+        # order keeps each gather within one tick's rows)
         vals = np.empty((len(_RING_IDX), n))
         for i, j in enumerate(_RING_IDX):
-            np.take(rows.vals[j], order, out=vals[i])
+            np.take(rows.vals[j], order, out=vals[i], mode="clip")  # order is a permutation: "clip" skips a buffer
         x, cur, thr = vals[: len(_GAUGE_IDX)], vals[len(_GAUGE_IDX): -1], vals[-1]
         b = np.floor(ts / self.bucket_s).astype(np.int64)
         first, starts = runs(slot, b, tick)
-        first_slots = slot[first]
+        first_at = np.flatnonzero(first)  # integer indices: cheaper than the mask for 2-D rows
+        first_slots = slot[first_at]
+        prev = previous_rows(slot, first_at)
 
-        sums = np.empty((len(starts), N_STATS))
-        # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
+        # Every per-row weight is written into one (row, sample) block and reduced to cells by one
+        # reduceat; stat_rows maps each ring stat to its row of the result (a shared row once).
+        g, kc, nb = len(_GAUGE_IDX), len(_COUNTER_IDX), len(THROTTLE_BITS)
         t = ts - b * self.bucket_s
         ok = np.isfinite(x)
-        x0 = np.where(ok, x, 0.0)
-        for name, w in (("sx", x0), ("sxx", x0 * x0), ("stx", x0 * t)):
-            sums[:, STATS[name]] = np.add.reduceat(w, starts, axis=1).T
-        # n, Σt, Σt² are the same for every gauge without a missing value: summed once for those
-        some = ~ok.all(axis=1)
-        for name, w in (("n", None), ("st", t), ("stt", t * t)):
-            col = STATS[name]
-            if not some.all():
-                sums[:, col] = np.add.reduceat(np.ones(n) if w is None else w, starts)[:, None]
-            if some.any():
-                okf = ok[some].astype(np.float64)
-                sums[:, np.arange(col.start, col.stop)[some]] = np.add.reduceat(
-                    okf if w is None else okf * w, starts, axis=1).T
-        # counters: increments with reset handling, and the time they cover
-        delta = counter_deltas(cur, first, self.last_vals[_COUNTER_IDX][:, first_slots])
-        dt = ts - previous(ts, first, self.last_ts[first_slots])
+        some = ~ok.all(axis=1)  # gauges with a missing value get their own n, Σt, Σt²
+        w = np.empty((6 * g + 3 + 2 * kc + 3 + nb, n))  # rows for the most stats any window needs
+        stat_rows = np.empty(N_STATS, np.intp)
+        at = 0
+
+        def alloc(count: int, stats: np.ndarray) -> np.ndarray:
+            """The next *count* rows of w, for the ring *stats* (one row each, or one shared)."""
+            nonlocal at
+            stat_rows[stats] = at + np.arange(count) if count == len(stats) else at
+            at += count
+            return w[at - count: at]
+
+        cols = {k: np.arange(v.start, v.stop) for k, v in STATS.items()}
+        # counters: increments with reset handling (computed in place), and the time they cover
+        delta = alloc(kc, cols["cnt_delta"])
+        counter_deltas(cur, first_at, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]), out=delta)
+        dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[first_slots]))
         dt_ok = np.isfinite(dt)
         unknown = ~np.isfinite(delta)
         unknown |= ~dt_ok
-        delta[unknown] = 0.0
-        sums[:, STATS["cnt_delta"]] = np.add.reduceat(delta, starts, axis=1).T
-        # Σdt over known rows: shared by every counter known wherever dt is
-        own = (unknown & dt_ok).any(axis=1)
-        col = STATS["cnt_dt"]
-        if not own.all():
-            sums[:, col] = np.add.reduceat(np.where(dt_ok, dt, 0.0), starts)[:, None]
+        own = (unknown & dt_ok).any(axis=1)  # counters unknown where dt is known sum their own Σdt
+        np.copyto(delta, 0.0, where=unknown)
+        # gauges: n, Σx, Σx², Σt, Σt², Σtx with t relative to the bucket start
+        x0 = alloc(g, cols["sx"])
+        np.copyto(x0, x)
+        np.copyto(x0, 0.0, where=~ok)
+        np.multiply(x0, x0, out=alloc(g, cols["sxx"]))
+        np.multiply(x0, t, out=alloc(g, cols["stx"]))
+        # n, Σt, Σt² are the same for every gauge without a missing value: summed once for those
+        tt = t * t
+        alloc(1, np.append(cols["n"][~some], cols["samples"]))[0] = 1.0
+        alloc(1, cols["st"][~some])[0] = t
+        alloc(1, cols["stt"][~some])[0] = tt
+        if some.any():
+            okf = ok[some]
+            np.copyto(alloc(len(okf), cols["n"][some]), okf)
+            np.multiply(okf, t, out=alloc(len(okf), cols["st"][some]))
+            np.multiply(okf, tt, out=alloc(len(okf), cols["stt"][some]))
+        np.copyto(alloc(1, cols["cnt_dt"][~own])[0], np.where(dt_ok, dt, 0.0))  # Σdt shared by the others
         if own.any():
-            sums[:, np.arange(col.start, col.stop)[own]] = np.add.reduceat(
-                np.where(unknown[own], 0.0, dt), starts, axis=1).T
+            dst = alloc(int(own.sum()), cols["cnt_dt"][own])
+            np.copyto(dst, dt)
+            np.copyto(dst, 0.0, where=unknown[own])
         # throttle bits
         thr_ok = np.isfinite(thr)
-        bits = (np.where(thr_ok, thr, 0).astype(np.int64)[None, :] & _THR_MASKS[:, None]) != 0
-        sums[:, STATS["thr_known"]] = np.add.reduceat(thr_ok.astype(np.float64), starts)[:, None]
-        sums[:, STATS["thr_bits"]] = np.add.reduceat(bits.astype(np.float64), starts, axis=1).T
-        sums[:, STATS["samples"]] = np.diff(np.append(starts, n))[:, None]
-        sums[:, STATS["xid"]] = 0.0
+        np.copyto(alloc(1, cols["thr_known"])[0], thr_ok)
+        bits = np.where(thr_ok, thr, 0).astype(np.int64)[None, :] & _THR_MASKS[:, None]
+        np.not_equal(bits, 0, out=alloc(nb, cols["thr_bits"]))
+        alloc(1, cols["xid"])[0] = 0.0
+        sums = np.add.reduceat(w[:at], starts, axis=1)  # (row, cell)
 
-        last = last_rows(first, tick)
-        return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 0)),
-                      ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1)), (0, 0, 1)))
+        last = last_rows(first)
+        return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 1)),
+                      ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1)), (0, 0, 1)),
+                      stat_rows)
 
     def apply(self, folded: Folded, k: int) -> None:
         """Add tick *k* of :meth:`fold`'s result to the state (ticks in order)."""
-        self.ring.add_cells(*folded.cells.of(k))
+        slot, b, sums = folded.cells.of(k)
+        self.ring.add_cells(slot, b, sums[folded.stat_rows].T)
         ls, ts, vals = folded.lasts.of(k)
         self.last_ts[ls] = ts
         self.last_vals[:, ls] = vals
@@ -207,23 +230,27 @@ class GpuWindowState:
         self.ring.add_at(slots, b, STATS["xid"].start + xid_class(codes))
         np.maximum.at(self.last_seen, slots, ts)
 
-    def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
-        """Short- and long-window sums for slots ``< n`` at *tick_end*, with Σt, Σt², Σtx
-        re-referenced from each bucket's start to the window end (t ≤ 0), so that the
-        slope can be read off the sums: Σ(t+o) = Σt + o·n, Σ(t+o)² = Σt² + 2o·Σt + o²·n,
-        Σ(t+o)x = Σtx + o·Σx for a bucket starting o seconds before the end."""
+    def windows(self, n: int, tick_end: float, n_short: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Short- and long-window sums for slots ``< n`` at *tick_end*, per ring part ((n, width)
+        each, columns ``self.ring.bounds``), with Σt, Σt², Σtx re-referenced from each bucket's
+        start to the window end (t ≤ 0), so that the slope can be read off the sums:
+        Σ(t+o) = Σt + o·n, Σ(t+o)² = Σt² + 2o·Σt + o²·n, Σ(t+o)x = Σtx + o·Σx for a bucket
+        starting o seconds before the end."""
         b_end = int(round(tick_end / self.bucket_s))
-        buckets, short, long = self.ring.window(n, b_end, n_short)
+        ring = self.ring
+        buckets, short, long = ring.window_parts(n, b_end, n_short)
         o = (buckets - b_end) * self.bucket_s
         in_short = (buckets >= b_end - n_short).astype(np.float64)
         n_, sx, st, stt, stx = (STATS[k] for k in ("n", "sx", "st", "stt", "stx"))
-        ring = self.ring
+        k = sx.stop - sx.start
         for plain, wo in ((short, in_short * o), (long, o)):  # only n, Σx, Σt are re-referenced
-            by_o, = ring.weighted_sums(n, wo[None], slice(0, _MOMENTS_STOP))
+            by_o_n, = ring.weighted_sums(n, wo[None], n_)
+            by_o, = ring.weighted_sums(n, wo[None], slice(sx.start, st.stop))  # one part: Σx then Σt
+            by_o_sx, by_o_st = by_o[:, :k], by_o[:, k:]
             by_o2, = ring.weighted_sums(n, (wo * o)[None], n_)
-            plain[:, st] += by_o[:, n_]
-            plain[:, stt] += 2.0 * by_o[:, st] + by_o2
-            plain[:, stx] += by_o[:, sx]
+            ring.columns(plain, st)[...] += by_o_n
+            ring.columns(plain, stt)[...] += 2.0 * by_o_st + by_o2
+            ring.columns(plain, stx)[...] += by_o_sx
         return short, long
 
 
