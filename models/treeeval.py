@@ -10,7 +10,8 @@ this file), give bit-for-bit the same outputs:
   (Lucchese et al., SIGIR 2015): for a block of rows held feature-major, *every* split
   of a tree is tested with branch-free, vectorised compares, each false test clears
   the bits of the leaves it rules out, and the exit leaf is the lowest bit left.
-* :class:`IsolationTrees` (deep isolation trees) walks a block of rows down one tree
+* :class:`IsolationTrees` (deep isolation trees) walks a block of 64 rows, held
+  feature-major so every load of a level stays in L1, down one tree
   level by level, with children stored side by side so ``next = left + went_right``
   has no branch, and many independent rows in flight hide the memory latency.
 
@@ -170,13 +171,18 @@ def _quickscorer_tree(nodes: np.ndarray) -> tuple[list, list, list, list, list]:
 # ---------------------------------------------------------------- isolation forest
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _walk_levels(x, feat, thr, left, leaf_val, depth, root, out):  # pragma: no cover
-    n = x.shape[0]
-    block = min(n, 256)
-    k = np.empty(block, np.int64)
+    n, n_feat = x.shape
+    block = 64
+    xt = np.empty(n_feat * block, np.float32)  # the block feature-major: a level's loads stay in L1
+    k = np.empty(block, np.int32)
+    k_next = np.empty(block, np.int32)
     for s in range(0, n, block):
         m = min(n, s + block) - s
+        for i in range(m):
+            for f in range(n_feat):
+                xt[f * block + i] = x[s + i, f]
         for t in range(root.shape[0]):
             r = root[t]
             for i in range(m):
@@ -184,7 +190,8 @@ def _walk_levels(x, feat, thr, left, leaf_val, depth, root, out):  # pragma: no 
             for _ in range(depth[t]):
                 for i in range(m):
                     kk = k[i]
-                    k[i] = left[kk] + (x[s + i, feat[kk]] > thr[kk])
+                    k_next[i] = left[kk] + np.int32(xt[feat[kk] * block + i] > thr[kk])
+                k, k_next = k_next, k
             for i in range(m):
                 out[s + i] += leaf_val[k[i]]
 
@@ -229,8 +236,8 @@ class IsolationTrees:
             root.append(off)
             off += len(old)
         return cls(np.concatenate(feat).astype(np.int32), _threshold32(np.concatenate(thr)),
-                   np.concatenate(left).astype(np.int64), np.concatenate(leaf_val).astype(np.float64),
-                   np.array(depth, np.int64), np.array(root, np.int64),
+                   np.concatenate(left).astype(np.int32), np.concatenate(leaf_val).astype(np.float64),
+                   np.array(depth, np.int32), np.array(root, np.int32),
                    float(len(forest.estimators_) * _average_path_length([forest._max_samples])[0]))
 
     def score_samples(self, x: np.ndarray) -> np.ndarray:
