@@ -226,7 +226,7 @@ def validate_record(record: Mapping[str, Any], rtype: RecordType | str) -> str |
         value = record.get(col.name)
         if value is None:
             if col.required:
-                return f"missing required field '{col.name}'"
+                return missing_reason(col.name)
             continue
         reason = _check_value(col, value)
         if reason:
@@ -266,6 +266,23 @@ class FrameValidation:
         return len(self.rejected)
 
 
+def missing_reason(name: str) -> str:
+    """Why a row is rejected when required field *name* is null or absent (frame and Arrow checks)."""
+    return f"missing required field '{name}'"
+
+
+def not_integer_reason(name: str) -> str:
+    return f"field '{name}' must be an integer"
+
+
+def bad_node_reason(value: Any) -> str:
+    return f"malformed node name {value!r}"
+
+
+#: why a row with an infinite ``ts`` is rejected (frame and Arrow checks)
+NONFINITE_TS_REASON = "non-finite timestamp"
+
+
 def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation:
     """Vectorised :func:`validate_record` for a whole DataFrame.
 
@@ -289,7 +306,7 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
     for col in rtype.columns:
         if col.name not in df.columns:
             if col.required:
-                reject(np.ones(n, bool), f"missing required field '{col.name}'")
+                reject(np.ones(n, bool), missing_reason(col.name))
                 out[col.name] = pd.Series([None] * n, dtype=object, index=df.index)
             else:
                 out[col.name] = _null_series(col, n, df.index)
@@ -298,10 +315,10 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
         if col.dtype == "string":
             isnull, nonstr, badnode = _check_strings(s, col.name == "node")
             if col.required:
-                reject(isnull, f"missing required field '{col.name}'")
+                reject(isnull, missing_reason(col.name))
             reject(nonstr, f"field '{col.name}' must be a string")
             if badnode is not None and badnode.any():
-                why = np.array([f"malformed node name {v!r}" for v in s.to_numpy(object)], dtype=object)
+                why = np.array([bad_node_reason(v) for v in s.to_numpy(object)], dtype=object)
                 reject(badnode, why)
             out[col.name] = s.where(~nonstr) if nonstr.any() else s
         else:
@@ -309,12 +326,12 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
             isnull = np.isnan(num)
             reject(badtype, f"field '{col.name}' must be a number")
             if col.required:
-                reject(isnull & ~badtype, f"missing required field '{col.name}'")
+                reject(isnull & ~badtype, missing_reason(col.name))
             if col.name == "ts":
-                reject(np.isinf(num), "non-finite timestamp")
+                reject(np.isinf(num), NONFINITE_TS_REASON)
             if col.dtype.startswith("int"):
                 frac = ~isnull & ~np.isinf(num) & (np.floor(np.where(isnull, 0, num)) != np.where(isnull, 0, num))
-                reject(frac, f"field '{col.name}' must be an integer")
+                reject(frac, not_integer_reason(col.name))
             out[col.name] = num
     good = ~bad
     everything_valid = not bad.any()

@@ -25,7 +25,18 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from collector.schema import NODE_NAME_RE, Column, FrameValidation, RecordType, cast_numeric, validate_frame
+from collector.schema import (
+    NODE_NAME_RE,
+    NONFINITE_TS_REASON,
+    Column,
+    FrameValidation,
+    RecordType,
+    bad_node_reason,
+    cast_numeric,
+    missing_reason,
+    not_integer_reason,
+    validate_frame,
+)
 
 
 def validate_table(tbl: pa.Table, rtype: RecordType | str,
@@ -50,7 +61,7 @@ def validate_table(tbl: pa.Table, rtype: RecordType | str,
     for col in wanted:
         if col.name not in present:
             if col.required:
-                rej.add(np.ones(n, bool), f"missing required field '{col.name}'")
+                rej.add(np.ones(n, bool), missing_reason(col.name))
             continue
         arr = _one_chunk(tbl.column(col.name))  # dictionaries unified
         checked[col.name] = _check_numeric(col, arr, rej) if col.numeric else _check_strings(col, arr, rej)
@@ -126,7 +137,7 @@ def _check_numeric(col: Column, arr: pa.Array, rej: _Rejections) -> pa.Array:
     """Reject the rows of a numeric column that break a rule; the column is returned as is."""
     if pa.types.is_integer(arr.type):  # whole numbers, never NaN or infinite: only nulls can fail
         if col.required and arr.null_count:
-            rej.add(arr.is_null().to_numpy(zero_copy_only=False), f"missing required field '{col.name}'")
+            rej.add(arr.is_null().to_numpy(zero_copy_only=False), missing_reason(col.name))
         return arr
     is_int = col.dtype.startswith("int")
     if not (col.required or col.name == "ts" or is_int):
@@ -134,16 +145,16 @@ def _check_numeric(col: Column, arr: pa.Array, rej: _Rejections) -> pa.Array:
     num = _as_float64(arr)
     if np.isfinite(num).all():
         if is_int:
-            rej.add(np.floor(num) != num, f"field '{col.name}' must be an integer")
+            rej.add(np.floor(num) != num, not_integer_reason(col.name))
         return arr
     isnull = np.isnan(num)
     if col.required:
-        rej.add(isnull, f"missing required field '{col.name}'")
+        rej.add(isnull, missing_reason(col.name))
     if col.name == "ts":
-        rej.add(np.isinf(num), "non-finite timestamp")
+        rej.add(np.isinf(num), NONFINITE_TS_REASON)
     if is_int:
         z = np.where(isnull, 0, num)
-        rej.add(~isnull & ~np.isinf(num) & (np.floor(z) != z), f"field '{col.name}' must be an integer")
+        rej.add(~isnull & ~np.isinf(num) & (np.floor(z) != z), not_integer_reason(col.name))
     return arr
 
 
@@ -167,11 +178,11 @@ def _check_strings(col: Column, arr: pa.Array, rej: _Rejections) -> tuple[np.nda
     idx = idx.fill_null(-1).to_numpy() if idx.null_count else idx.to_numpy()
     values = arr.dictionary.to_numpy(zero_copy_only=False)
     if col.required and arr.null_count:
-        rej.add(idx < 0, f"missing required field '{col.name}'")
+        rej.add(idx < 0, missing_reason(col.name))
     if col.name == "node":
         u_bad = np.fromiter((NODE_NAME_RE.match(v) is None for v in values), bool, len(values))
         if u_bad.any():
-            why = np.array([f"malformed node name {v!r}" for v in values] + [None], dtype=object)
+            why = np.array([bad_node_reason(v) for v in values] + [None], dtype=object)
             rej.add(np.append(u_bad, False)[idx], why[idx])
     return idx, values
 
