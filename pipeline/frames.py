@@ -2,7 +2,8 @@
 
 The frames are already validated by the recording reader (contract dtypes, bad rows set
 aside with a reason), so this is a column-by-column ``to_numpy``: no per-row Python.
-Name columns read as categoricals are looked up once per category. Optional columns a
+Name columns read as categoricals are looked up once per category (node and device names,
+link states); the registries number new GPUs and ports once per distinct key. Optional columns a
 recording lacks read as NaN; GPU indices outside ``[0, max_gpus_per_node)`` are returned
 as a count of rejected rows. :data:`RECORDING_COLUMNS` is what replay needs to read.
 """
@@ -58,36 +59,6 @@ def _strings(s: pd.Series) -> np.ndarray | pd.Categorical:
     return s.array if isinstance(s.dtype, pd.CategoricalDtype) else s.to_numpy(object)
 
 
-def _gpu_slots(keys: Keys, nodes: np.ndarray, gpu: np.ndarray) -> np.ndarray:
-    """GPU slots of (node id, gpu) rows. When the frame holds nodes with no GPU slot yet (the
-    first window of a replay), the registry is asked once per distinct pair: it would sort
-    every row of those nodes to number their GPUs. The slots are the same either way."""
-    g = keys.gpus
-    if len(nodes) == 0 or (g.n and int(nodes.max()) <= int(g.slot_node[: g.n].max())):
-        return g.slots_of(nodes, gpu)
-    codes, pairs = pd.factorize(nodes.astype(np.int64) << 32 | gpu)
-    return g.slots_of((pairs >> 32).astype(np.int32), pairs & 0xFFFFFFFF)[codes]
-
-
-def _port_slots(keys: Keys, nodes: np.ndarray, devices: np.ndarray | pd.Categorical, ports: np.ndarray) -> np.ndarray:
-    """Port slots of each row, asking the registry once per distinct (node, device, port),
-    in order of first appearance, so the slots are numbered as if every row were passed."""
-    if len(nodes) == 0:
-        return np.zeros(0, np.int32)
-    if isinstance(devices, pd.Categorical):
-        dev_codes, dev_values = devices.codes.astype(np.int64), devices.categories.to_numpy(object)
-    else:
-        dev_codes, dev_values = pd.factorize(devices)
-        dev_values = np.asarray(dev_values, dtype=object)
-    lo = int(ports.min())
-    width, n_dev = int(ports.max()) - lo + 1, len(dev_values) + 1  # device code -1 (null) → 0
-    codes, uniq = pd.factorize((nodes.astype(np.int64) * n_dev + (dev_codes + 1)) * width + (ports - lo))
-    node_dev, port = np.divmod(uniq, width)
-    node, dev = np.divmod(node_dev, n_dev)
-    dev_u = np.append(dev_values, None)[dev - 1]  # code 0 (null) → the appended None
-    return keys.ports.slots_of(node.astype(np.int32), dev_u, port + lo)[codes]
-
-
 def gpu_rows_from_frame(df: pd.DataFrame, keys: Keys, max_gpus: int) -> tuple[GpuRows, int]:
     """GPU samples of *df* as :class:`GpuRows`, and how many rows had an unusable GPU index."""
     if df is None or len(df) == 0:
@@ -100,7 +71,7 @@ def gpu_rows_from_frame(df: pd.DataFrame, keys: Keys, max_gpus: int) -> tuple[Gp
     n_bad = int((~ok).sum())
     if n_bad:
         nodes, gpu, vals, ts = nodes[ok], gpu[ok], vals[:, ok], ts[ok]
-    return GpuRows(ts, _gpu_slots(keys, nodes, gpu), vals), n_bad
+    return GpuRows(ts, keys.gpus.slots_of(nodes, gpu), vals), n_bad
 
 
 def net_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> NetRows:
@@ -108,7 +79,7 @@ def net_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> NetRows:
     if df is None or len(df) == 0:
         return NetRows.empty()
     nodes = _node_ids(df["node"], keys)
-    ports = _port_slots(keys, nodes, _strings(df["device"]), nullable_ints(df["port"], -1, np.int64))
+    ports = keys.ports.slots_of(nodes, _strings(df["device"]), nullable_ints(df["port"], -1, np.int64))
     active = _link_flags(df["link_state"]) if "link_state" in df.columns else np.full(len(df), -1, np.int8)
     return NetRows(_ts(df["ts"]), ports, active, frame_block(df, NET_STATE_COUNTERS))
 

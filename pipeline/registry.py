@@ -71,7 +71,10 @@ class GpuRegistry:
         slots = self._table[node_ids, gpus]
         missing = slots < 0
         if missing.any():
-            pairs = np.unique(np.stack([node_ids[missing], gpus[missing]]), axis=1)
+            # new (node, gpu) pairs, numbered in (node id, gpu) order: one 1-D unique of packed
+            # keys (a 2-D unique sorts rows of a whole read window, several times slower)
+            packed = np.unique(node_ids[missing].astype(np.int64) << 32 | gpus[missing])
+            pairs = np.stack([packed >> 32, packed & 0xFFFFFFFF])
             k = pairs.shape[1]
             while self.n + k > self.capacity:
                 self.slot_node = _grown(self.slot_node, self.capacity * 2)
@@ -121,34 +124,38 @@ class PortRegistry:
     def capacity(self) -> int:
         return len(self.port_node)
 
-    def slots_of(self, node_ids: np.ndarray, devices: np.ndarray, ports: np.ndarray) -> np.ndarray:
+    def slots_of(self, node_ids: np.ndarray, devices: np.ndarray | pd.Categorical,
+                 ports: np.ndarray) -> np.ndarray:
         """Port slots of each row, creating the missing ones (one dict lookup per distinct key,
-        in order of first appearance)."""
+        in order of first appearance). *devices*: names, or a Categorical looked up per category."""
         n = len(node_ids)
         if n == 0:
             return np.zeros(0, np.int32)
-        dev_codes, dev_uniques = pd.factorize(devices if isinstance(devices, pd.Categorical)
-                                              else np.asarray(devices, dtype=object), sort=False)
-        dev_uniques = np.asarray(dev_uniques, dtype=object)
+        if isinstance(devices, pd.Categorical):
+            dev_codes, dev_values = devices.codes.astype(np.int64), devices.categories.to_numpy(object)
+        else:
+            dev_codes, dev_values = pd.factorize(np.asarray(devices, dtype=object), sort=False)
+            dev_values = np.asarray(dev_values, dtype=object)
         node_ids = np.asarray(node_ids, np.int64)
         ports = np.asarray(ports, np.int64)
-        # one int64 key per (node, device, port); factorize keeps the order of first appearance
-        width = np.int64(max(int(ports.max()) - int(ports.min()) + 1, 1))
-        dev_n = np.int64(len(dev_uniques) + 1)
-        key = (node_ids * dev_n + (dev_codes + 1)) * width + (ports - ports.min())
-        codes, first = _first_rows(key)
+        # one int64 key per (node, device, port); factorize keeps the order of first appearance,
+        # and each distinct key decodes back to its parts (device code -1, null, becomes 0)
+        lo = int(ports.min())
+        width, dev_n = int(ports.max()) - lo + 1, len(dev_values) + 1
+        codes, uniq = pd.factorize((node_ids * dev_n + (dev_codes + 1)) * width + (ports - lo))
+        node_dev, port = np.divmod(uniq, width)
+        node, dev = np.divmod(node_dev, dev_n)
+        dev_names = np.append(dev_values, None)[dev - 1]  # code 0 → the appended None
         ids = self._ids
-        table = np.empty(len(first), np.int32)
-        for u, (nid, dc, port) in enumerate(zip(node_ids[first].tolist(), dev_codes[first].tolist(),
-                                                ports[first].tolist())):
-            k = (nid, dev_uniques[dc] if dc >= 0 else None, port)
+        table = np.empty(len(uniq), np.int32)
+        for u, k in enumerate(zip(node.tolist(), dev_names.tolist(), (port + lo).tolist())):
             s = ids.get(k)
             if s is None:
                 s = ids[k] = len(self.keys)
                 self.keys.append(k)
                 if s >= self.capacity:
                     self.port_node = _grown(self.port_node, self.capacity * 2)
-                self.port_node[s] = nid
+                self.port_node[s] = k[0]
                 self._order = None
             table[u] = s
         return table[codes]
@@ -160,12 +167,6 @@ class PortRegistry:
             self._order = np.array(sorted(range(self.n), key=lambda s: (names[self.keys[s][0]],) + self.keys[s][1:]),
                                    dtype=np.int32)
         return self._order
-
-
-def _first_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Code of each row's key (0, 1, … by first appearance) and the first row of each code."""
-    codes, _ = pd.factorize(key, sort=False)
-    return codes, np.unique(codes, return_index=True)[1]
 
 
 def _grown(a: np.ndarray, size: int) -> np.ndarray:

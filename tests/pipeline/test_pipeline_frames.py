@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.columns import GPU_VALUE_COLUMNS, NET_STATE_COUNTERS, frame_block
-from pipeline.frames import RECORDING_COLUMNS, _gpu_slots, _port_slots, gpu_rows_from_frame, net_rows_from_frame
+from pipeline.frames import RECORDING_COLUMNS, gpu_rows_from_frame, net_rows_from_frame
 from pipeline.registry import Keys
 
 
@@ -55,16 +55,25 @@ def test_replay_reads_every_column_the_conversions_use():
 
 
 def test_slots_are_numbered_as_if_the_registry_saw_every_row():
+    """The registries number new GPUs in (node, gpu) order and new ports in order of first
+    appearance, looking each distinct key up once: the same slots as one lookup per row."""
     rng = np.random.default_rng(0)
     nodes = rng.integers(0, 5, 400).astype(np.int32)
     gpu, port = rng.integers(0, 8, 400), rng.integers(1, 3, 400)
     devices = pd.Categorical(rng.choice(["mlx5_1", "mlx5_0", None], 400))
-    direct, deduped = Keys(), Keys()
-    for k in (direct, deduped):
+    gpu_ref = {k: i for i, k in enumerate(sorted(set(zip(nodes.tolist(), gpu.tolist()))))}
+    dev_names = [None if isinstance(d, float) else d for d in np.asarray(devices, object)]  # NaN → None
+    rows = list(zip(nodes.tolist(), dev_names, port.tolist()))
+    port_ref: dict = {}
+    for k in rows:
+        port_ref.setdefault(k, len(port_ref))
+    by_row = [port_ref[k] for k in rows]
+    direct, names = Keys(), Keys()
+    for k in (direct, names):
         for i in range(5):
             k.nodes.id_of(f"n{i}")
-    np.testing.assert_array_equal(direct.gpus.slots_of(nodes, gpu), _gpu_slots(deduped, nodes, gpu))
-    np.testing.assert_array_equal(direct.ports.slots_of(nodes, devices, port), _port_slots(deduped, nodes, devices, port))
-    np.testing.assert_array_equal(direct.ports.slots_of(nodes, np.asarray(devices, object), port),
-                                  _port_slots(deduped, nodes, np.asarray(devices, object), port))
-    assert direct.ports.keys == deduped.ports.keys and direct.gpus.n == deduped.gpus.n == 40
+    np.testing.assert_array_equal(direct.gpus.slots_of(nodes, gpu),
+                                  [gpu_ref[k] for k in zip(nodes.tolist(), gpu.tolist())])
+    np.testing.assert_array_equal(direct.ports.slots_of(nodes, devices, port), by_row)
+    np.testing.assert_array_equal(names.ports.slots_of(nodes, np.asarray(devices, object), port), by_row)
+    assert direct.ports.keys == names.ports.keys == list(port_ref) and direct.gpus.n == len(gpu_ref) == 40
