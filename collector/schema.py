@@ -72,6 +72,22 @@ class Action(str, enum.Enum):
         return self in (Action.DRAIN, Action.RESET)
 
 
+class FollowUp(str, enum.Enum):
+    """What a drain leads to once the node's running jobs have ended (§5 "when idle")."""
+
+    RESET_WHEN_IDLE = "reset_when_idle"  # e.g. a pending row remap: drain, jobs end, reset, verify, resume
+    REBOOT = "reboot"                    # catalogue RESTART_BM (XID 79): drain, then reboot the node
+
+
+class Grade(str, enum.Enum):
+    """How strong the evidence behind a decision is; harder actions need a higher grade."""
+
+    CERTAIN = "certain"            # a catalogue XID or a hard limit: acts at once
+    CORROBORATED = "corroborated"  # a prediction backed by a rising trend or a second signal
+    PREDICTED = "predicted"        # a prediction alone: the least disruptive protective action (drain)
+    ADVISORY = "advisory"          # alerts and resumes: nothing taken away from the scheduler
+
+
 class ColumnKind(str, enum.Enum):
     KEY = "key"
     LABEL = "label"

@@ -38,6 +38,7 @@ class NodeScores:
     rule_row: np.ndarray
     rule_fault: np.ndarray  # that rule's fault class index
     rule_action: np.ndarray  # that rule's Action (object; None where no rule fired)
+    rule_follow_up: np.ndarray  # that rule's FollowUp (object; None where none or no rule fired)
     anomaly: np.ndarray     # max anomaly level over the node's GPUs
     anomaly_row: np.ndarray
 
@@ -80,7 +81,8 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     n = len(batch)
     if n == 0:
         e, i = np.zeros(0), np.zeros(0, int)
-        return NodeScores(batch.ts, np.zeros(0, object), e, i, i, i, i, i, i, i, np.zeros(0, object), e, i)
+        return NodeScores(batch.ts, np.zeros(0, object), e, i, i, i, i, i, i, i, np.zeros(0, object),
+                          np.zeros(0, object), e, i)
     node = batch.node
     starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
     group = np.cumsum(np.r_[False, node[1:] != node[:-1]])
@@ -92,6 +94,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     an = np.nan_to_num(scores.anomaly.astype(np.float64), nan=0.0)
     an_row = _argmax_per_group(an, group, starts)
     actions = np.array([r.action for r in rules.rules] + [None], dtype=object)
+    follow_ups = np.array([r.follow_up for r in rules.rules] + [None], dtype=object)
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, batch.gpu[rule_row].astype(int), rule_row, scores.rule_fault[rule_row],
-                      actions[rule], an[an_row], an_row)
+                      actions[rule], follow_ups[rule], an[an_row], an_row)

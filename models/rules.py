@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from collector.schema import Action, FaultClass
+from collector.schema import Action, FaultClass, FollowUp
 
 from .base import Detector, DetectorOutput, FeatureMismatch, class_index
 
@@ -30,6 +30,8 @@ class Rule:
     action: Action
     reason: str  # format string; ``{value}`` is the feature value
     inclusive: bool = False
+    #: what the drain leads to once the node is idle (None: nothing more)
+    follow_up: FollowUp | None = None
 
     def fires(self, col: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
@@ -99,9 +101,15 @@ class RulesDetector(Detector):
     def action(self, rule_index: int) -> Action:
         return self.rules[rule_index].action
 
+    def follow_up(self, rule_index: int) -> FollowUp | None:
+        return self.rules[rule_index].follow_up
+
     def get_state(self) -> dict[str, Any]:
-        return {"rules": [asdict(r) | {"fault": r.fault.value, "action": r.action.value} for r in self.rules]}
+        return {"rules": [asdict(r) | {"fault": r.fault.value, "action": r.action.value,
+                                     "follow_up": r.follow_up.value if r.follow_up else None} for r in self.rules]}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        rules = [Rule(**(r | {"fault": FaultClass(r["fault"]), "action": Action(r["action"])})) for r in state["rules"]]
+        rules = [Rule(**(r | {"fault": FaultClass(r["fault"]), "action": Action(r["action"]),
+                              "follow_up": FollowUp(r["follow_up"]) if r.get("follow_up") else None}))
+                 for r in state["rules"]]
         self.__init__(self.feature_names, rules)  # type: ignore[misc]

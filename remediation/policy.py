@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from collector.schema import Action, FaultClass
+from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.node_scores import NodeScores
 
 from .config import PolicyConfig
@@ -45,11 +45,14 @@ class Decision:
     score: float
     reason: str
     source: str
+    grade: Grade = Grade.ADVISORY
+    follow_up: FollowUp | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"ts": self.ts, "node": self.node, "gpu": self.gpu, "action": self.action.value,
                 "fault": self.fault.value if self.fault else None, "score": round(self.score, 4),
-                "reason": self.reason, "source": self.source}
+                "reason": self.reason, "source": self.source, "grade": self.grade.value,
+                "follow_up": self.follow_up.value if self.follow_up else None}
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     if rule >= 0:                                       # 2. hard evidence: act now
         action = s.rule_action[i]
         return NodeState(held_since=now, last_alert=ns.last_alert, predicted_action_at=ns.predicted_action_at), [
-            Decision(now, name, int(s.rule_gpu[i]), action, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule")]
+            Decision(now, name, int(s.rule_gpu[i]), action, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule",
+                     Grade.CERTAIN, s.rule_follow_up[i])]
     fault = s.fault_class(i)
     warm = seen_s >= cfg.model_warmup_s
     if warm and fault is not None and p >= cfg.threshold_for(fault):   # 3. predicted failure, sustained
@@ -132,7 +136,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         if ns.above_ticks >= cfg.act_ticks and action in (Action.DRAIN, Action.RESET, Action.REQUEUE) and not retried:
             held = now if action in (Action.DRAIN, Action.RESET) else None
             return NodeState(held_since=held, last_alert=ns.last_alert, predicted_action_at=now), [
-                Decision(now, name, int(s.gpu[i]), action, fault, p, explain(i, "model"), "model")]
+                Decision(now, name, int(s.gpu[i]), action, fault, p, explain(i, "model"), "model", Grade.PREDICTED)]
     else:
         ns = replace(ns, above_ticks=0)
     if now - ns.last_alert < cfg.alert_interval_s:      # 4. tell a person, rate-limited

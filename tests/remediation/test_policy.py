@@ -13,14 +13,15 @@ from remediation.config import PolicyConfig, PolicyConfigError, load_policy_conf
 from remediation.policy import PolicyState, decide
 
 
-def scores(ts=0.0, p=(0.0,), fault=("nvlink",), rule=(-1,), rule_fault=(None,), rule_action=(None,), anomaly=(0.0,)):
+def scores(ts=0.0, p=(0.0,), fault=("nvlink",), rule=(-1,), rule_fault=(None,), rule_action=(None,), anomaly=(0.0,),
+           rule_follow_up=None):
     n = len(p)
     idx = np.arange(n)
     return NodeScores(
         ts, np.array([f"n{i}" for i in range(n)], object), np.array(p, float),
         np.array([class_index(f) if f else 0 for f in fault], np.int8), idx, idx,
         np.array(rule, int), idx, idx, np.array([class_index(f) if f else 0 for f in rule_fault], np.int8),
-        np.array(rule_action, object), np.array(anomaly, float), idx)
+        np.array(rule_action, object), np.array(rule_follow_up or [None] * n, object), np.array(anomaly, float), idx)
 
 
 def explain(i, source):
