@@ -35,10 +35,10 @@ class AnomalyDetector(Detector):
 
     kind = "anomaly"
 
-    def __init__(self, feature_names: Sequence[str], *, n_estimators: int = 100, max_samples: int = 4096,
-                 seed: int = 0):
-        super().__init__(feature_names)
-        self.cols = np.array([i for i, n in enumerate(self.feature_names)
+    def __init__(self, feature_names: Sequence[str], inputs: Sequence[str] | None = None, *, n_estimators: int = 100,
+                 max_samples: int = 4096, seed: int = 0):
+        super().__init__(feature_names, inputs)
+        self.cols = np.array([i for i, n in enumerate(self.inputs)
                               if any(k in n for k in FEATURE_KEYS) and not any(k in n for k in EXCLUDE_KEYS)])
         self.params = dict(n_estimators=n_estimators, max_samples=max_samples, random_state=seed)
         self.forest: IsolationForest | None = None

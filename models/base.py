@@ -58,28 +58,48 @@ class DetectorOutput:
 
 
 class Detector(ABC):
-    """Base class: validates input, chunks scoring, remembers the feature names."""
+    """Base class: validates input, chunks scoring, remembers the feature names.
+
+    Every detector is handed the pipeline's whole feature matrix (``feature_names``) and
+    reads the columns named in ``inputs`` (all of them by default), looked up by name: a
+    model keeps working when the pipeline appends features, and refuses to load when a
+    feature it reads is gone.
+    """
 
     #: registry name, also the file stem of its saved parameters
     kind: str = "detector"
 
-    def __init__(self, feature_names: Sequence[str]):
+    def __init__(self, feature_names: Sequence[str], inputs: Sequence[str] | None = None):
         self.feature_names = tuple(feature_names)
+        self.inputs = self.feature_names if inputs is None else tuple(inputs)
+        index = {n: i for i, n in enumerate(self.feature_names)}
+        missing = [n for n in self.inputs if n not in index]
+        if missing:
+            raise FeatureMismatch(f"{self.kind}: reads features this gpuops does not compute: {missing[:5]}"
+                                  f"{' …' if len(missing) > 5 else ''}; retrain it with `gpuops train RECORDING... --out DIR`")
+        cols = np.array([index[n] for n in self.inputs], np.intp)
+        #: input columns, or None when the detector reads the whole matrix as it is
+        self._input_cols = None if np.array_equal(cols, np.arange(len(self.feature_names))) else cols
         self.fitted = False
+
+    def select(self, x: np.ndarray) -> np.ndarray:
+        """The detector's input columns of feature rows *x* (pipeline order)."""
+        return x if self._input_cols is None else x[..., self._input_cols]
 
     def fit(self, x: np.ndarray, y: np.ndarray | None = None, *, sample_weight: np.ndarray | None = None,
             **kw: Any) -> "Detector":
         x = self._check(x)
         if y is not None and len(y) != len(x):
             raise ValueError(f"{len(x)} rows but {len(y)} labels")
-        self._fit(x, y, sample_weight=sample_weight, **kw)
+        kw = {k: (self.select(self._check(v)) if k == "x_val" and v is not None else v) for k, v in kw.items()}
+        self._fit(self.select(x), y, sample_weight=sample_weight, **kw)
         self.fitted = True
         return self
 
     def score(self, x: np.ndarray) -> DetectorOutput:
         if not self.fitted:
             raise ModelNotFitted(f"{self.kind} detector is not fitted")
-        x = self._check(x)
+        x = self.select(self._check(x))
         if len(x) <= SCORE_CHUNK_ROWS:
             return self._score(x)
         parts = [self._score(x[i:i + SCORE_CHUNK_ROWS]) for i in range(0, len(x), SCORE_CHUNK_ROWS)]

@@ -8,10 +8,13 @@ A saved model is a directory::
     anomaly.joblib  the anomaly detector's parameters
     classifier.joblib
 
-Loading checks the format version and that the feature names equal the pipeline's
-(:data:`pipeline.features.FEATURE_NAMES`): a model trained on other features fails at
-start-up with the command that fixes it. ``*.joblib`` files are pickles: load models
-only from directories you trust, as with any scikit-learn model.
+Loading checks the format version, that every feature the detectors read is one the
+pipeline computes (by name: features appended later do not break a model), that the
+pipeline's windows and cadence are the ones the model was trained with, and that the
+installed scikit-learn is the one that saved the trees (``models/treeeval.py`` reads
+private attributes of its estimators). Each mismatch fails at start-up with what to do.
+``*.joblib`` files are pickles: load models only from directories you trust, as with any
+scikit-learn model.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from typing import Any, Sequence
 
 import joblib
 import numpy as np
+import sklearn
 from threadpoolctl import ThreadpoolController
 
 from pipeline.features import FEATURE_NAMES
+from pipeline.settings import PipelineSettings
 
 from .anomaly import AnomalyDetector
 from .base import FeatureMismatch, ModelError, ModelNotFitted
@@ -35,7 +40,15 @@ from .classifier import FailureClassifier
 from .rules import RulesDetector
 
 FORMAT = "gpuops-model"
-VERSION = 1
+VERSION = 2
+#: Pipeline settings a model's features depend on: a model is only valid with the same ones.
+PIPELINE_KEYS = ("cadence_s", "bucket_s", "short_window_s", "long_window_s")
+
+
+def pipeline_signature(settings: PipelineSettings | None = None) -> dict[str, float]:
+    """The windows and cadence of *settings* that a trained model depends on."""
+    s = settings or PipelineSettings()
+    return {k: float(getattr(s, k)) for k in PIPELINE_KEYS}
 
 
 @dataclass
@@ -96,29 +109,43 @@ class ModelBundle:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        learned = [d for d in (self.classifier, self.anomaly) if d is not None]
         meta = {"format": FORMAT, "version": VERSION, "feature_names": list(self.feature_names),
-                "detectors": [d.kind for d in (self.rules, self.classifier, self.anomaly) if d is not None]}
+                "detectors": [d.kind for d in (self.rules, self.classifier, self.anomaly) if d is not None],
+                "inputs": {d.kind: list(d.inputs) for d in learned},
+                "pipeline": self.metadata.get("pipeline", pipeline_signature()),
+                "sklearn_version": self.metadata.get("sklearn_version", sklearn.__version__)}
         meta.update({k: v for k, v in self.metadata.items() if k not in meta})
         (path / "model.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
         (path / "metrics.json").write_text(json.dumps(self.metrics, indent=2, default=_json_default) + "\n")
         (path / "rules.json").write_text(json.dumps(self.rules.get_state(), indent=2) + "\n")
         for det in (self.classifier, self.anomaly):
             if det is not None:
-                joblib.dump(det.get_state(), path / f"{det.kind}.joblib", compress=3)
+                joblib.dump(det.get_state() | {"inputs": list(det.inputs)}, path / f"{det.kind}.joblib", compress=3)
         return path
 
     @classmethod
-    def load(cls, path: str | Path, feature_names: Sequence[str] = FEATURE_NAMES) -> "ModelBundle":
+    def load(cls, path: str | Path, feature_names: Sequence[str] = FEATURE_NAMES,
+             pipeline: PipelineSettings | None = None) -> "ModelBundle":
+        """Load a model directory for a pipeline computing *feature_names* with *pipeline*'s windows."""
         path = Path(path)
         mfile = path / "model.json"
         if not mfile.is_file():
             raise ModelError(f"{path}: not a gpuops model directory (no model.json)")
         meta = json.loads(mfile.read_text())
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-            raise ModelError(f"{path}: unsupported model format {meta.get('format')!r} v{meta.get('version')!r}")
-        if tuple(meta["feature_names"]) != tuple(feature_names):
-            raise FeatureMismatch(f"{path}: trained on other features than this gpuops computes; "
-                                  "retrain it with `gpuops train RECORDING... --out DIR`")
+            raise ModelError(f"{path}: unsupported model format {meta.get('format')!r} v{meta.get('version')!r}; "
+                             "retrain it with `gpuops train RECORDING... --out DIR`")
+        want, have = meta.get("pipeline", {}), pipeline_signature(pipeline)
+        diff = {k: (want.get(k), have[k]) for k in PIPELINE_KEYS if want.get(k) != have[k]}
+        if diff:
+            raise ModelError(f"{path}: trained with other pipeline windows than these "
+                             + ", ".join(f"{k}={w} (now {h})" for k, (w, h) in diff.items())
+                             + ": use the model's settings or train one for these")
+        if meta.get("sklearn_version") != sklearn.__version__:
+            raise ModelError(f"{path}: saved by scikit-learn {meta.get('sklearn_version')}, but {sklearn.__version__} "
+                             "is installed; its trees are read through private attributes, so install that "
+                             "version or retrain the model")
         rules = RulesDetector(feature_names)
         rules.set_state(json.loads((path / "rules.json").read_text()))
         bundle = cls(rules, metadata=meta)
@@ -129,8 +156,9 @@ class ModelBundle:
                 f = path / f"{kind}.joblib"
                 if not f.is_file():
                     raise ModelNotFitted(f"{path}: {kind} listed in model.json but {f.name} is missing")
-                det = ctor(feature_names)
-                det.set_state(joblib.load(f))
+                state = joblib.load(f)
+                det = ctor(feature_names, state.pop("inputs", None))
+                det.set_state(state)
                 setattr(bundle, kind, det)
         return bundle
 

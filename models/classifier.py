@@ -37,7 +37,7 @@ MONOTONE_UP = ("ecc_sbe_per_h", "ecc_dbe", "retired_pages", "remapped_rows", "ro
                "nvlink_", "thermal_violation", "throttle_hw_", "xid_hbm", "xid_off_bus", "xid_nvlink",
                "net_symbol_error", "net_link_error_recovery", "net_link_downed", "net_port_rcv_errors",
                "net_port_rcv_remote_physical", "net_local_link_integrity", "net_ports_not_active",
-               "sm_clock_deficit_vs_peers", "temp_gpu_excess_vs_peers")
+               "sm_clock_deficit_vs_peers", "temp_gpu_excess_vs_peers", "_excess_long")
 
 
 def monotone_constraints(feature_names: Sequence[str]) -> list[int]:
@@ -50,10 +50,10 @@ class FailureClassifier(Detector):
 
     kind = "classifier"
 
-    def __init__(self, feature_names: Sequence[str], *, max_iter: int = 300, learning_rate: float = 0.1,
-                 max_leaf_nodes: int = 15, min_samples_leaf: int = 100, l2_regularization: float = 5.0,
-                 max_features: float = 0.5, seed: int = 0, class_min_p: float = 0.02):
-        super().__init__(feature_names)
+    def __init__(self, feature_names: Sequence[str], inputs: Sequence[str] | None = None, *, max_iter: int = 300,
+                 learning_rate: float = 0.1, max_leaf_nodes: int = 15, min_samples_leaf: int = 100,
+                 l2_regularization: float = 5.0, max_features: float = 0.5, seed: int = 0, class_min_p: float = 0.02):
+        super().__init__(feature_names, inputs)
         # small, strongly regularised trees with feature subsampling: a fleet gives only a few
         # incidents per class, and bigger trees learn their incidental conjunctions (a power
         # slope, a temperature level) instead of the error signals
@@ -76,7 +76,7 @@ class FailureClassifier(Detector):
             raise ValueError("the classifier needs labels")
         target = (y != NO_FAULT).astype(np.int8)
         self.model = HistGradientBoostingClassifier(early_stopping=False,
-                                                    monotonic_cst=monotone_constraints(self.feature_names),
+                                                    monotonic_cst=monotone_constraints(self.inputs),
                                                     **self.params)
         self.model.fit(x, target, sample_weight=sample_weight)
         self._compiled = None
@@ -124,9 +124,11 @@ class FailureClassifier(Detector):
         return DetectorOutput(p, fault, {"raw": raw.astype(np.float32)})
 
     def explain(self, row: np.ndarray, fault: int, k: int = 3) -> str:
-        """The *k* features of class *fault* furthest outside their healthy range, as text."""
+        """The *k* features of class *fault* furthest outside their healthy range, as text
+        (*row* is a whole pipeline feature row)."""
         if self.healthy_q is None:
             return ""
+        row = self.select(np.asarray(row))
         lo, mid, hi = self.healthy_q
         parts = []
         for i in self.explain_features.get(int(fault), []):
@@ -134,9 +136,9 @@ class FailureClassifier(Detector):
             if not np.isfinite(v):
                 continue
             if v > hi[i] and v > mid[i]:
-                parts.append(f"{self.feature_names[i]}={_fmt(v)} (healthy p99 {_fmt(hi[i])})")
+                parts.append(f"{self.inputs[i]}={_fmt(v)} (healthy p99 {_fmt(hi[i])})")
             elif v < lo[i] and v < mid[i]:
-                parts.append(f"{self.feature_names[i]}={_fmt(v)} (healthy p1 {_fmt(lo[i])})")
+                parts.append(f"{self.inputs[i]}={_fmt(v)} (healthy p1 {_fmt(lo[i])})")
             if len(parts) == k:
                 break
         return ", ".join(parts)

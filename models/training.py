@@ -32,8 +32,9 @@ from pipeline.stream import FeaturePipeline
 
 from .anomaly import AnomalyDetector
 from .base import CLASSES, NO_FAULT
-from .bundle import ModelBundle
+from .bundle import ModelBundle, pipeline_signature
 from .classifier import FailureClassifier
+from .inputs import model_inputs
 from .labels import LabelSettings, label_rows
 from .rules import RulesDetector
 
@@ -46,7 +47,9 @@ log = logging.getLogger(__name__)
 #: at 35 % took tuning replays (seeds 11-18, default policy) from 1 false action to 0 and
 #: predictive recall from 0.85 to 0.94.
 HARD_NEGATIVE = (("xid_app_count_long", 0), ("ecc_sbe_per_h_long", 0), ("pcie_replay_per_min_long", 0),
-                 ("nvlink_crc_per_min_long", 0), ("net_symbol_error_per_min_long", 0),
+                 ("nvlink_crc_per_min_long", 0), ("net_symbol_error_per_min_port_max_long", 0),
+                 ("net_port_rcv_errors_per_min_port_max_long", 0), ("net_link_downed_per_min_port_max_long", 0),
+                 ("throttle_hw_power_brake_frac_long", 0), ("row_remap_pending", 0),
                  ("net_port_xmit_wait_per_min_short", 1e6), ("temp_gpu_c_mean_short", 78),
                  ("sm_clock_deficit_vs_peers", 0.1), ("util_deficit_vs_peers", 15),
                  ("remapped_rows_corr_total", 0), ("throttle_sw_thermal_frac_long", 0),
@@ -134,13 +137,14 @@ def collect(path: str | Path, settings: TrainSettings, train: Dataset, val: Data
 
 
 def train_bundle(recordings: Sequence[str | Path], settings: TrainSettings = TrainSettings(),
-                 progress: Callable[[int, float], None] | None = None) -> ModelBundle:
+                 progress: Callable[[int, float], None] | None = None,
+                 pipeline_settings: PipelineSettings | None = None) -> ModelBundle:
     """Train the anomaly detector and the classifier; rules come as they are."""
     t0 = time.perf_counter()
     train, val = Dataset(), Dataset()
     per_rec = {}
     for i, r in enumerate(recordings):
-        per_rec[str(r)] = collect(r, settings, train, val,
+        per_rec[str(r)] = collect(r, settings, train, val, pipeline_settings,
                                   progress=(lambda f, i=i: progress(i, f)) if progress else None)
     xt, yt, wt = train.arrays()
     xv, yv, wv = val.arrays()
@@ -148,11 +152,12 @@ def train_bundle(recordings: Sequence[str | Path], settings: TrainSettings = Tra
         raise TrainingError("no failure precursors in the training part of the recordings: "
                             "use longer recordings or a higher --rate-multiplier")
     log.info("training on %d rows (%d positive), validating on %d", len(yt), int((yt != NO_FAULT).sum()), len(yv))
-    clf = FailureClassifier(FEATURE_NAMES, seed=settings.seed)
+    inputs = model_inputs(FEATURE_NAMES)
+    clf = FailureClassifier(FEATURE_NAMES, inputs, seed=settings.seed)
     clf.fit(xt, yt, sample_weight=wt, x_val=xv, y_val=yv, w_val=wv)
-    anomaly = AnomalyDetector(FEATURE_NAMES, seed=settings.seed).fit(xt, yt, x_val=xv, y_val=yv)
+    anomaly = AnomalyDetector(FEATURE_NAMES, inputs, seed=settings.seed).fit(xt, yt, x_val=xv, y_val=yv)
     metrics = validation_metrics(clf, xv, yv, wv)
-    meta = {"training": {"recordings": [str(r) for r in recordings], "settings": asdict(settings),
+    meta = {"pipeline": pipeline_signature(pipeline_settings), "training": {"recordings": [str(r) for r in recordings], "settings": asdict(settings),
                          "rows": per_rec, "train_rows": int(len(yt)), "val_rows": int(len(yv)),
                          "seconds": round(time.perf_counter() - t0, 1)}}
     return ModelBundle(RulesDetector(FEATURE_NAMES), clf, anomaly, metadata=meta, metrics=metrics)

@@ -8,6 +8,12 @@ Windows: ``short`` is the last ``short_window_s`` before the tick end, ``long`` 
 ``long_window_s``. Rates use the real time between samples, so irregular sampling is
 exact; a counter reset counts from zero; NaN means unknown (unsupported field, no
 samples in the window), never zero.
+
+Features appended in the second set (see docs/pipeline.md) mean the same on any fleet:
+each error counter against the part's own online baseline (:mod:`pipeline.baselines`),
+and port rates as the worst single port rather than a sum that grows with the number of
+HCAs a node has. Which features the learned models may read is the models' choice
+(``models/inputs.py``); the rules may read any.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from collector.schema import GPU_COUNTERS
+from pipeline.baselines import RateBaselines
 from pipeline.columns import GPU_COL, NET_STATE_COUNTERS
 from pipeline.peers import group_medians, robust_z_rows
 from pipeline.ports import PORT_STATS, NodeXidState, PortWindowState
@@ -59,6 +66,20 @@ _FLEET = (("node_sm_clock_fleet_z", "sm_clock_mhz", 5.0), ("node_temp_gpu_fleet_
           ("node_power_fleet_z", "power_w", 5.0), ("node_util_fleet_z", "util_gpu", 2.0))
 
 
+#: GPU counter rates with a per-GPU baseline: (stem, counters, meaning); two counters are
+#: "either" (ECC: volatile, else aggregate) or summed (NVLink CRC: flit + data) as in _RATES.
+_BASELINE_STEMS = (
+    ("ecc_sbe", ("ecc_sbe_vol", "ecc_sbe_agg"), "single-bit ECC errors against this GPU's own rate"),
+    ("pcie_replay", ("pcie_replay",), "PCIe replays against this GPU's own rate"),
+    ("nvlink_crc", ("nvlink_crc_flit_err", "nvlink_crc_data_err"), "NVLink CRC errors against this GPU's own rate"),
+    ("nvlink_replay", ("nvlink_replay_err",), "NVLink replays against this GPU's own rate"),
+    ("nvlink_recovery", ("nvlink_recovery_err",), "NVLink recoveries against this GPU's own rate"),
+    ("remapped_rows_corr", ("remapped_rows_corr",), "rows remapped for correctable errors against this GPU's own rate"),
+)
+#: Port error counters (congestion, port_xmit_wait, is traffic, not an error).
+NET_ERROR_COUNTERS: tuple[str, ...] = tuple(c for c in NET_STATE_COUNTERS if c != "port_xmit_wait")
+
+
 def _build() -> tuple[tuple[str, str, str], ...]:
     f: list[tuple[str, str, str]] = []
     for g in WINDOW_GAUGES:
@@ -85,6 +106,14 @@ def _build() -> tuple[tuple[str, str, str], ...]:
         f += [(f"net_{c}_per_min_{w}", "1/min", f"{c} per minute summed over the node's ports, {w} window{note}") for w in _W]
     f += [("net_ports_not_active_frac_short", "0-1", "fraction of the node's port samples not ACTIVE, short window"),
           ("net_ports", "count", "ports of the node reporting in the long window")]
+    # ---- second set: the same meaning on every fleet
+    f += [(f"{stem}_excess_long", "ln ratio", f"{meaning}: ln((events + 1) / (own baseline x exposure + 1)) over "
+           "the long window; 0 = what this GPU usually does") for stem, _, meaning in _BASELINE_STEMS]
+    for c in NET_ERROR_COUNTERS:
+        f += [(f"net_{c}_per_min_port_max_{w}", "1/min", f"{c} per minute on the node's worst port, {w} window")
+              for w in _W]
+    f += [(f"net_{c}_excess_long_port_max", "ln ratio", f"{c} on the node's port furthest above its own baseline: "
+           "ln((events + 1) / (own baseline x exposure + 1)), long window") for c in NET_ERROR_COUNTERS]
     return tuple(f)
 
 
@@ -129,6 +158,38 @@ _MED_IDX = np.array([WINDOW_GAUGES.index(g) for g in _MED_GAUGES])
 _FLEET_COLS = np.array([FEATURE_INDEX[name] for name, _, _ in _FLEET], np.intp)
 _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
 _FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
+_BASE_FIRST = np.array([_CNT[c[0]] for _, c, _ in _BASELINE_STEMS])
+_BASE_SECOND = np.array([_CNT[c[-1]] for _, c, _ in _BASELINE_STEMS])
+_BASE_PAIR = np.array([len(c) == 2 for _, c, _ in _BASELINE_STEMS])
+_BASE_EITHER = np.array([stem == "ecc_sbe" for stem, _, _ in _BASELINE_STEMS])
+_BASE_COLS = np.array([FEATURE_INDEX[f"{stem}_excess_long"] for stem, _, _ in _BASELINE_STEMS], np.intp)
+_NET_ERR = np.array([NET_STATE_COUNTERS.index(c) for c in NET_ERROR_COUNTERS])
+_NET_MAX_COLS = _cols([[f"net_{c}_per_min_port_max_{w}" for c in NET_ERROR_COUNTERS] for w in _W])
+_NET_EXCESS_COLS = np.array([FEATURE_INDEX[f"net_{c}_excess_long_port_max"] for c in NET_ERROR_COUNTERS], np.intp)
+
+
+class PartBaselines:
+    """Online rate baselines of every GPU (per :data:`_BASELINE_STEMS`) and every port (per
+    :data:`NET_ERROR_COUNTERS`), updated by :func:`compute_features` once per tick with the
+    short window, which is the tick (``short_window_s == cadence_s``)."""
+
+    def __init__(self, gpu_capacity: int = 1024, port_capacity: int = 1024) -> None:
+        self.gpu = RateBaselines(len(_BASELINE_STEMS), gpu_capacity)
+        self.port = RateBaselines(len(NET_ERROR_COUNTERS), port_capacity)
+
+    @property
+    def nbytes(self) -> int:
+        return self.gpu.nbytes + self.port.nbytes
+
+
+def _stem_events(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(events, exposure s) per baseline stem from window sums *s* (stat, GPU)."""
+    d, t = s[_CNT_DELTA], s[_CNT_DT]
+    pair, either = _BASE_PAIR[:, None], _BASE_EITHER[:, None]
+    events = _either_or_sum(d[_BASE_FIRST], d[_BASE_SECOND], pair, either)
+    t1, t2 = t[_BASE_FIRST], t[_BASE_SECOND]
+    exposure = np.where(np.isfinite(d[_BASE_FIRST]) & (t1 > 0), t1, t2)
+    return events, np.where(np.isfinite(events), exposure, np.nan)
 
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -148,14 +209,18 @@ def _either_or_sum(first: np.ndarray, second: np.ndarray, pair: np.ndarray, eith
 
 def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: NodeXidState,
                      gpus: GpuRegistry, port_reg: PortRegistry, slots: np.ndarray, tick_end: float,
-                     n_short: int) -> np.ndarray:
+                     n_short: int, baselines: PartBaselines | None = None) -> np.ndarray:
     """Feature matrix (len(slots), len(FEATURE_NAMES)) float32 for *slots* at *tick_end*.
 
     Each group of features is computed for both windows and every gauge, counter or class
     at once, as contiguous (window, column, GPU) blocks written to a (feature, GPU) matrix:
     a few dozen numpy calls per tick whatever the number of columns, each over contiguous
     rows. The matrix is transposed to (GPU, feature) float32 once at the end.
+
+    *baselines* are read (excess features), then updated with this tick's short window;
+    without them (a one-off computation) every part is compared with the prior alone.
     """
+    baselines = baselines if baselines is not None else PartBaselines(gpus.n, port_reg.n)
     r = len(slots)
     f = np.empty((len(FEATURE_NAMES), r))  # every row is written below
     s = np.empty((2, gpu.ring.n_stats, r))  # (window, stat, GPU)
@@ -209,7 +274,13 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
         f[FEATURE_INDEX[name]] = v
     f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
 
-    _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short)
+    base = baselines.gpu
+    base.ensure(gpus.n)
+    events, exposure = _stem_events(s[1])
+    f[_BASE_COLS] = base.excess(slots, events, exposure)
+    base.update(slots, tick_end, *_stem_events(s[0]))
+
+    _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short, baselines.port)
     return np.ascontiguousarray(f.T, dtype=np.float32)
 
 
@@ -222,7 +293,7 @@ _NET_LAST_COLS = np.array([FEATURE_INDEX["net_ports_not_active_frac_short"], FEA
 
 
 def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, nodes: np.ndarray, n_nodes: int,
-                  tick_end: float, n_short: int) -> None:
+                  tick_end: float, n_short: int, base: RateBaselines) -> None:
     """Port features per node (every port of the node summed), written into the (feature, GPU)
     matrix *f* for each GPU's node (NaN without any port).
 
@@ -232,6 +303,8 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     if reg.n == 0:
         f[_NET_RATE_COLS.ravel()] = np.nan
         f[_NET_LAST_COLS] = np.nan
+        f[_NET_MAX_COLS.ravel()] = np.nan
+        f[_NET_EXCESS_COLS] = np.nan
         return
     order = reg.canonical_order()  # fixed summation order: features do not depend on arrival order
     pnode = reg.port_node[order]
@@ -256,3 +329,35 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     f[_NET_RATE_COLS.ravel()] = totals.T[:, nodes]
     known, down, n_live = per_node[:, 4 * _K], per_node[:, 4 * _K + 1], per_node[:, 4 * _K + 2]
     f[_NET_LAST_COLS] = np.stack((_div(down, known), n_live))[:, nodes]
+
+    # worst single port per node: rates and excess over each port's own baseline
+    base.ensure(reg.n)
+    e = len(_NET_ERR)
+    worst = np.empty((p, 3 * e))
+    for w, win in enumerate((ps, pl)):
+        s = win[order]
+        rate = _div(s[:, PORT_STATS["cnt_delta"]][:, _NET_ERR], s[:, PORT_STATS["cnt_dt"]][:, _NET_ERR]) * 60.0
+        worst[:, w * e:(w + 1) * e] = np.where(live[:, None], rate, np.nan)
+    sl = pl[order]
+    excess = base.excess(order, sl[:, PORT_STATS["cnt_delta"]][:, _NET_ERR].T, sl[:, PORT_STATS["cnt_dt"]][:, _NET_ERR].T)
+    worst[:, 2 * e:] = np.where(live[:, None], excess.T, np.nan)
+    ss = ps[order]
+    base.update(order, tick_end, ss[:, PORT_STATS["cnt_delta"]][:, _NET_ERR].T, ss[:, PORT_STATS["cnt_dt"]][:, _NET_ERR].T)
+    starts = np.flatnonzero(np.r_[True, pnode[1:] != pnode[:-1]])  # a node's ports are contiguous in canonical order
+    with np.errstate(invalid="ignore"):
+        node_worst = np.fmax.reduceat(worst, starts, axis=0)  # NaN only where every port is NaN
+    full = np.full((n_nodes, 3 * e), np.nan)
+    full[pnode[starts]] = node_worst
+    f[_NET_MAX_COLS.ravel()] = full[:, :2 * e].T[:, nodes]
+    f[_NET_EXCESS_COLS] = full[:, 2 * e:].T[:, nodes]
+
+
+def markdown_table() -> str:
+    """The feature table of docs/pipeline.md (``python -m pipeline.features`` prints it)."""
+    rows = ["| # | name | unit | meaning |", "|---|---|---|---|"]
+    rows += [f"| {i} | `{name}` | {unit} | {meaning} |" for i, (name, unit, meaning) in enumerate(FEATURES)]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

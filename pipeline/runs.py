@@ -107,8 +107,8 @@ def previous(values: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.n
     return prev
 
 
-def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray, out: np.ndarray | None = None
-                   ) -> np.ndarray:
+def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray, out: np.ndarray | None = None,
+                   lifetime: np.ndarray | None = None) -> np.ndarray:
     """Increments of cumulative counters (rows on the last axis, sorted by slot then ts).
 
     *first* indexes (or masks) each group's first row, *carried* is the value before it
@@ -116,10 +116,19 @@ def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray, out:
     A counter that went down was reset (driver reload, GPU reset, reboot): the
     increment is the new value, counted from zero — never negative. NaN (field not
     supported, or no previous sample) stays NaN, so it never reads as "no errors".
+    Rows flagged in *lifetime* (one flag per row: aggregate ECC, remapped rows, retired
+    pages — kept by the GPU across reboots) cannot be reset by a driver reload: one that
+    goes down is another part at that index (a GPU swap) or an admin clear, so it is
+    re-anchored there (increment 0) instead of counting the new part's whole history.
     Written into *out* when given (same shape as *cur*).
     """
     delta = np.empty_like(cur) if out is None else out
     np.subtract(cur[..., 1:], cur[..., :-1], out=delta[..., 1:])
     delta[..., first] = cur[..., first] - carried
-    np.copyto(delta, cur, where=delta < 0)
+    down = delta < 0
+    if lifetime is not None and lifetime.any():
+        anchored = down & lifetime.reshape((-1,) + (1,) * (cur.ndim - 1))
+        np.copyto(delta, 0.0, where=anchored)
+        down &= ~anchored
+    np.copyto(delta, cur, where=down)
     return delta

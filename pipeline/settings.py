@@ -82,6 +82,9 @@ class PipelineSettings(BaseSettings):
                 raise ValueError(f"{name}={v} must be a whole number (>= 1) of bucket_s={self.bucket_s}")
         if self.short_window_s > self.long_window_s:
             raise ValueError("short_window_s must not exceed long_window_s")
+        if abs(self.short_window_s - self.cadence_s) > 1e-9:
+            raise ValueError(f"short_window_s={self.short_window_s} must equal cadence_s={self.cadence_s}: each "
+                             "tick adds its short window to the per-part baselines (pipeline.baselines) exactly once")
         return self
 
     @property

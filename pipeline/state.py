@@ -81,6 +81,9 @@ _RING_PARTS = (STATS["n"].stop, max(STATS[k].stop for k in ("sx", "st")))
 
 _GAUGE_IDX = np.array([GPU_COL[g] for g in WINDOW_GAUGES])
 _COUNTER_IDX = np.array([GPU_COL[c] for c in GPU_COUNTERS])
+#: Counters the GPU keeps across reboots (InfoROM): a decrease re-anchors, it is not a reset.
+LIFETIME_COUNTERS = tuple(c for c in GPU_COUNTERS if c.endswith("_agg") or c.startswith(("retired", "remapped")))
+_LIFETIME = np.array([c in LIFETIME_COUNTERS for c in GPU_COUNTERS])
 _THR_IDX = GPU_COL["throttle_reasons"]
 _RING_IDX = np.concatenate([_GAUGE_IDX, _COUNTER_IDX, [_THR_IDX]])
 _THR_MASKS = np.array([m for _, m in THROTTLE_BITS], np.int64)
@@ -171,7 +174,8 @@ class GpuWindowState:
         cols = {k: np.arange(v.start, v.stop) for k, v in STATS.items()}
         # counters: increments with reset handling (computed in place), and the time they cover
         delta = alloc(kc, cols["cnt_delta"])
-        counter_deltas(cur, first_at, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]), out=delta)
+        counter_deltas(cur, first_at, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]), out=delta,
+                       lifetime=_LIFETIME)
         dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[first_slots]))
         dt_ok = np.isfinite(dt)
         unknown = ~np.isfinite(delta)

@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.batch import FeatureBatch
 from pipeline.columns import GpuRows, NetRows, XidRows
-from pipeline.features import compute_features
+from pipeline.features import PartBaselines, compute_features
 from pipeline.frames import gpu_rows_from_frame, net_rows_from_frame, xid_rows_from_frame
 from pipeline.ports import NodeXidState, PortWindowState
 from pipeline.registry import Keys
@@ -53,6 +53,7 @@ class FeaturePipeline:
         self.gpu_state = GpuWindowState(s.n_buckets, s.bucket_s, s.expected_gpus)
         self.port_state = PortWindowState(s.n_buckets, s.bucket_s, s.expected_ports)
         self.node_xids = NodeXidState(s.n_buckets, s.bucket_s, s.expected_nodes)
+        self.baselines = PartBaselines(s.expected_gpus, s.expected_ports)
         self.counts = PipelineCounts()
         self.closed_until = -math.inf  # end of the last tick folded into state
         self._gpu: list[GpuRows] = []
@@ -150,7 +151,7 @@ class FeaturePipeline:
         order = self.keys.gpus.canonical_order()
         slots = order[self.gpu_state.last_seen[order] >= tick_end - s.retain_silent_s]
         x = compute_features(self.gpu_state, self.port_state, self.node_xids, self.keys.gpus, self.keys.ports,
-                             slots, tick_end, s.n_short_buckets)
+                             slots, tick_end, s.n_short_buckets, self.baselines)
         gpus = self.keys.gpus
         return FeatureBatch(tick_end, self.keys.node_names()[gpus.slot_node[slots]], gpus.slot_gpu[slots].copy(), x)
 
@@ -159,7 +160,7 @@ class FeaturePipeline:
     @property
     def state_bytes(self) -> int:
         """Bytes of window state (bounded by the number of GPUs and ports, not by time)."""
-        return self.gpu_state.nbytes + self.port_state.nbytes + self.node_xids.nbytes
+        return self.gpu_state.nbytes + self.port_state.nbytes + self.node_xids.nbytes + self.baselines.nbytes
 
 
 def _due(rows: Any, tick: np.ndarray, last_k: int) -> tuple[Any, np.ndarray]:

@@ -37,9 +37,9 @@ def replay(
     try:
         cfg = load_policy_config(policy)
         mpath = model or default_model_path()
-        bundle = ModelBundle.rules_only() if rules_only else ModelBundle.load(mpath)
         settings = PipelineSettings(**({"cadence_s": cadence, "bucket_s": cadence, "short_window_s": cadence}
                                        if cadence else {}))
+        bundle = ModelBundle.rules_only() if rules_only else ModelBundle.load(mpath, pipeline=settings)
         replayer = Replayer(bundle, cfg, settings)
         with Progress(TextColumn("replaying"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:

@@ -114,10 +114,54 @@ def test_saved_bundle_loads_and_scores_identically(tmp_path):
     assert back.metrics == {"ap": 1.0} and back.metadata["training"]["recordings"] == ["r"]
 
 
-def test_a_model_trained_on_other_features_is_refused_with_the_fix(tmp_path):
-    ModelBundle.rules_only().save(tmp_path / "m")
+def _saved_small_bundle(path, inputs=None):
+    x, y = _toy()
+    clf = FailureClassifier(FEATURE_NAMES, inputs, max_iter=10).fit(x, y)
+    return ModelBundle(RulesDetector(FEATURE_NAMES), clf).save(path)
+
+
+def test_a_model_that_reads_a_feature_this_gpuops_no_longer_computes_is_refused_with_the_fix(tmp_path):
+    inputs = [n for n in FEATURE_NAMES if n != "pcie_replay_per_min_long"] + ["pcie_replay_per_min_long"]
+    path = _saved_small_bundle(tmp_path / "m", inputs)
     with pytest.raises(FeatureMismatch, match="gpuops train"):
-        ModelBundle.load(tmp_path / "m", feature_names=FEATURE_NAMES[:-1])
+        ModelBundle.load(path, feature_names=[n for n in FEATURE_NAMES if n != "pcie_replay_per_min_long"])
+
+
+def test_a_model_keeps_loading_and_scoring_the_same_when_the_pipeline_appends_features(tmp_path):
+    x, _ = _toy()
+    inputs = FEATURE_NAMES[:-5]
+    path = _saved_small_bundle(tmp_path / "m", inputs)
+    before = ModelBundle.load(path).score(x[:200]).p_fail
+    wider = tuple(FEATURE_NAMES) + ("a_feature_added_later",)
+    x_wide = np.c_[x[:200], np.full(200, 7.0, np.float32)]
+    after = ModelBundle.load(path, feature_names=wider).score(x_wide).p_fail
+    np.testing.assert_array_equal(before, after)
+
+
+def test_a_model_is_refused_under_other_pipeline_windows_or_another_scikit_learn(tmp_path):
+    import json
+
+    from models.base import ModelError
+    from pipeline.settings import PipelineSettings
+
+    path = _saved_small_bundle(tmp_path / "m")
+    with pytest.raises(ModelError, match="cadence_s=60.0 \\(now 30.0\\)"):
+        ModelBundle.load(path, pipeline=PipelineSettings(cadence_s=30, bucket_s=30, short_window_s=30))
+    meta = json.loads((path / "model.json").read_text())
+    (path / "model.json").write_text(json.dumps(meta | {"sklearn_version": "0.1"}))
+    with pytest.raises(ModelError, match="scikit-learn 0.1"):
+        ModelBundle.load(path)
+
+
+def test_the_model_records_its_windows_cadence_inputs_and_scikit_learn_version(tmp_path):
+    import json
+
+    import sklearn
+
+    meta = json.loads((_saved_small_bundle(tmp_path / "m", FEATURE_NAMES[:50]) / "model.json").read_text())
+    assert meta["pipeline"] == {"cadence_s": 60.0, "bucket_s": 60.0, "short_window_s": 60.0, "long_window_s": 1800.0}
+    assert meta["sklearn_version"] == sklearn.__version__
+    assert meta["inputs"]["classifier"] == list(FEATURE_NAMES[:50])
 
 
 def test_node_aggregation_takes_the_worst_gpu_and_the_first_rule():

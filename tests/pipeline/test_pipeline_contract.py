@@ -32,4 +32,10 @@ def test_windows_that_are_not_whole_buckets_are_refused_at_start_up() -> None:
 
 def test_settings_come_from_the_environment_with_the_package_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUOPS_PIPELINE_CADENCE_S", "120")
+    monkeypatch.setenv("GPUOPS_PIPELINE_SHORT_WINDOW_S", "120")
     assert PipelineSettings().cadence_s == 120
+
+
+def test_a_short_window_other_than_the_cadence_is_refused_because_baselines_add_it_once_per_tick() -> None:
+    with pytest.raises(ValidationError, match="must equal cadence_s"):
+        PipelineSettings(cadence_s=120, short_window_s=60)

@@ -31,6 +31,24 @@ def test_counter_reset_gives_no_negative_rate() -> None:
     assert rate == (60 + 5 + 20) / 30 * 60
 
 
+def test_a_lifetime_counter_that_goes_down_is_another_part_and_is_re_anchored_not_counted_again() -> None:
+    # remapped rows persist across reboots: 40 → 41 → (GPU swapped for a refurbished one) 12 → 13
+    out = run(one_gpu([0, 10, 20, 30], remapped_rows_corr=[40.0, 41.0, 12.0, 13.0], pcie_replay=[0.0, 0.0, 0.0, 0.0]))
+    assert out[T0 + 60]["remapped_rows_corr_per_h_long"].iloc[0] == (1 + 0 + 1) / 30 * 3600
+
+
+def test_the_worst_port_and_its_own_baseline_do_not_grow_with_the_number_of_ports() -> None:
+    def node_with_ports(n_ports: int) -> pd.DataFrame:
+        rows = [{"ts": T0 + t, "node": "gpu-node-000", "device": f"mlx5_{p}", "port": 1, "link_state": "ACTIVE",
+                 "port_rcv_errors": float(t // 10) if p == 0 else 0.0} for p in range(n_ports) for t in range(0, 60, 10)]
+        return pd.DataFrame(rows)
+
+    gpu = one_gpu([0, 10, 20, 30, 40, 50], pcie_replay=[0.0] * 6)
+    one, nine = (run(gpu, node_with_ports(k))[T0 + 60].iloc[0] for k in (1, 9))
+    for name in ("net_port_rcv_errors_per_min_port_max_short", "net_port_rcv_errors_excess_long_port_max"):
+        assert one[name] == nine[name] and one[name] > 0, name
+
+
 def test_unsupported_counter_stays_nan_and_never_reads_as_zero() -> None:
     out = run(one_gpu([0, 10, 20], ecc_sbe_vol=[np.nan] * 3, ecc_sbe_agg=[np.nan] * 3, pcie_replay=[0.0, 0.0, 0.0]))
     f = out[T0 + 60].iloc[0]

@@ -1,0 +1,47 @@
+"""Which pipeline features the learned models read, and why the others are left out.
+
+A feature whose healthy distribution moves from one fleet to the next teaches a model the
+fleet it was trained on, not the failure (shared/research/robust-detection.md §5). The
+learned detectors therefore read every pipeline feature **except** those below; the
+rules, which encode published limits rather than learnt ones, may read any feature.
+
+Each exclusion names its reason. :func:`model_inputs` applies them by name, so features
+the pipeline appends later are model inputs unless a pattern here says otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+#: (regular expression on the feature name, why a model must not learn from it)
+EXCLUDED: tuple[tuple[str, str], ...] = (
+    (r"^sample_age_s$|^samples_short$",
+     "encodes the sampling interval: 10 s and 60 s fleets differ here while healthy; silence is "
+     "the policy's business (a stale node is unknown, not failing)"),
+    (r"^node_gpus_scored$|^net_ports$",
+     "counts the chassis (4 or 8 GPUs, 1-9 HCAs), not its health"),
+    (r"_total$",
+     "lifetime levels (remapped rows, retired pages, DBEs since ever) are history: a healthy GPU can "
+     "carry them for years; their change is in the *_per_h rates"),
+    (r"^net_(?!.*port_max)(?!ports_not_active).*_per_min_(short|long)$",
+     "summed over the node's ports, so it grows with how many HCAs a node has; the worst single "
+     "port (net_*_port_max_*) replaces it"),
+    (r"^(sm_clock_mhz|power_w|util_gpu)_mean_(short|long)$",
+     "absolute clocks, power and utilisation are the GPU generation's and the workload's, not the "
+     "part's health; deficits against peers carry the fail-slow signal"),
+    (r"^node_(sm_clock|power|util)_fleet_z$",
+     "a node against the whole fleet's clocks, power or load is a generation or job mix in a mixed "
+     "fleet, not a fault"),
+)
+_PATTERNS = tuple((re.compile(p), why) for p, why in EXCLUDED)
+
+
+def exclusion_reason(name: str) -> str | None:
+    """Why feature *name* is not a model input (None when it is one)."""
+    return next((why for p, why in _PATTERNS if p.search(name)), None)
+
+
+def model_inputs(feature_names: Sequence[str]) -> tuple[str, ...]:
+    """The features the learned detectors read, in pipeline order."""
+    return tuple(n for n in feature_names if exclusion_reason(n) is None)
