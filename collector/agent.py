@@ -62,8 +62,17 @@ class SystemClock:
         time.sleep(seconds)
 
 
+#: Largest exponent :class:`Backoff` raises 2 to: 2.0 ** 1023 is the largest finite power of
+#: two, and any delay cap is reached long before it, so capping here changes no delay.
+_MAX_BACKOFF_EXPONENT = 1023
+
+
 class Backoff:
-    """Exponential backoff with ±``jitter`` (fraction), seeded so tests are reproducible."""
+    """Exponential backoff with ±``jitter`` (fraction), seeded so tests are reproducible.
+
+    The exponent is capped, so any number of failures in a row (days of broker outage)
+    gives ``max_s``; it never overflows a float.
+    """
 
     def __init__(self, initial_s: float, max_s: float, jitter: float = 0.2, seed: int | None = None) -> None:
         self.initial_s, self.max_s, self.jitter = initial_s, max_s, jitter
@@ -72,7 +81,7 @@ class Backoff:
 
     def next_delay(self) -> float:
         """Delay before the next attempt after one more failure."""
-        base = min(self.max_s, self.initial_s * (2 ** self.failures))
+        base = min(self.max_s, self.initial_s * 2.0 ** min(self.failures, _MAX_BACKOFF_EXPONENT))
         self.failures += 1
         return base * (1 + self.jitter * (2 * self._rng.random() - 1))
 

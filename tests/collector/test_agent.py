@@ -216,6 +216,31 @@ def test_pop_through_ignores_messages_already_dropped_while_in_flight() -> None:
     assert [m.value[:1] for m in buf.peek(10)] == [b"2", b"3"]
 
 
+def test_ten_thousand_failed_publishes_keep_backing_off_at_the_cap_and_publish_after_recovery(
+        fake_clock: FakeClock) -> None:
+    # ~3.5 days of broker outage at the 30 s cap: 2 ** 1024 used to overflow and kill the publisher
+    sink = FakeSink()
+    sink.down = True
+    agent = Agent(_settings(backoff_max_s=30.0), [CountingSource()], sink, clock=fake_clock, seed=5)
+    agent.tick()
+    longest = 0.0
+    for _ in range(10_000):
+        assert not agent.publish_pending()
+        wait = agent._retry_at - fake_clock.monotonic()
+        longest = max(longest, wait)
+        fake_clock.advance(wait)
+    assert agent.backoff.failures == 10_000 and sink.calls == 10_000
+    assert 30.0 <= longest <= 30.0 * 1.2
+    sink.down = False
+    assert agent.publish_pending() and _seqs(sink.delivered) == [0]
+
+
+def test_backoff_delay_stays_finite_and_capped_after_any_number_of_failures() -> None:
+    b = Backoff(0.5, 30.0, jitter=0.0, seed=1)
+    b.failures = 10**9
+    assert b.next_delay() == 30.0
+
+
 def test_backoff_with_the_same_seed_gives_the_same_delays() -> None:
     a, b = Backoff(1, 60, seed=3), Backoff(1, 60, seed=3)
     assert [a.next_delay() for _ in range(5)] == [b.next_delay() for _ in range(5)]
