@@ -157,7 +157,10 @@ def normalize_pci_bus_id(bus_id: str) -> str:
     if len(parts) != 3:
         return s
     domain, bus, dev = parts
-    return f"{int(domain, 16):04x}:{bus.zfill(2)}:{dev.zfill(2)}"
+    try:
+        return f"{int(domain, 16):04x}:{bus.zfill(2)}:{dev.zfill(2)}"
+    except ValueError:  # not hex (a stray sysfs name): left as is, it matches nothing
+        return s
 
 
 def read_text(path: Path) -> str | None:

@@ -145,3 +145,16 @@ def test_random_bytes_through_the_file_follower_never_raise(tmp_path: Path) -> N
     assert events
     for ev in events:
         _check_event(ev)
+
+
+def test_pci_names_that_are_not_hex_never_stop_the_gpu_index_map(tmp_path: Path) -> None:
+    from collector.sources.base import normalize_pci_bus_id
+    from collector.sources.kmsg import gpu_index_from_sysfs
+
+    for name in ("0000:3b:00.0", "zzzz:3b:00.0", "\u0661\u0662:3b:00.0"):
+        d = tmp_path / "bus/pci/devices" / name
+        d.mkdir(parents=True)
+        (d / "vendor").write_text("0x10de\n")
+        (d / "class").write_text("0x030200\n")
+    assert gpu_index_from_sysfs(tmp_path)["0000:3b:00"] == 0
+    assert normalize_pci_bus_id("zzzz:3b:00.0") == "zzzz:3b:00"
