@@ -12,7 +12,8 @@ import logging
 
 import typer
 
-#: Command modules, in help order. A module missing from the install is a bug, not a skip.
+#: Command modules, in help order. A module absent from this checkout is skipped (not built yet);
+#: any other import error inside a command module is raised.
 COMMAND_MODULES = ("demo", "simulate", "replay", "train", "agent")
 
 

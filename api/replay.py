@@ -6,17 +6,26 @@ service, with adapters out of the loop (nothing touches a cluster). Ticks are sc
 stacks of ~``score_rows`` rows (one scikit-learn call per detector for many ticks) and
 then decided one tick at a time, in order. The rules-only baseline is decided on the
 same scores in the same pass, so the report compares like with like.
+
+A recording with no GPU sample to score (``gpu.parquet`` with zero rows, or every row
+breaking the contract) is a :class:`~collector.recording.RecordingError` naming why:
+there is nothing to replay. Port samples and events before the tick of the first GPU
+sample are not replayed (there is no GPU yet to score); they are counted in the
+summary's ``not_replayed_before_first_gpu_sample``.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-
-from collector.recording import open_recording
+from collector.recording import RecordingError, RecordingWindow, open_recording
+from collector.schema import RecordType
 from models.base import CLASSES
 from models.bundle import ModelBundle
 from models.node_scores import NodeScores, aggregate, score_batches
@@ -31,6 +40,8 @@ from remediation.policy import Decision, PolicyState, decide
 READ_WINDOW_S = 3600.0
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class StageClock:
@@ -78,6 +89,11 @@ class Replayer:
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
         rec = open_recording(path)
+        if rec.count_rows(RecordType.GPU) == 0:
+            raise RecordingError(f"{rec.path / 'gpu.parquet'}: zero rows, so no GPU samples: nothing to replay")
+        if rec.has_net and rec.count_rows(RecordType.NET) == 0:
+            log.warning("%s: zero rows; replaying without port samples (port features unknown)",
+                        rec.path / "net.parquet")
         m = rec.manifest
         pipe = FeaturePipeline(self.pipeline_settings)
         result = ReplayResult()
@@ -89,6 +105,8 @@ class Replayer:
         cad = self.pipeline_settings.cadence_s
         window_s = max(1, round(READ_WINDOW_S / cad)) * cad  # whole ticks per read window
         windows = rec.iter_windows(window_s, align=cad, columns=RECORDING_COLUMNS)  # only what the pipeline uses
+        before_gpu: Counter[str] = Counter()
+        windows = from_first_gpu_sample(windows, cad, before_gpu, rec.path)
         for batch in pipe.replay(clock.timed("read", windows)):
             pending.append(batch)
             rows += len(batch)
@@ -110,7 +128,8 @@ class Replayer:
                         "wall_s": round(seconds, 2), "cpu_s": round(cpu, 2), "stage_cpu_s": stages,
                         "gpu_samples_per_s": round(c.gpu_rows / max(seconds, 1e-9)),
                         "state_bytes": pipe.state_bytes, "cadence_s": self.pipeline_settings.cadence_s,
-                        "held_at_end": states[0].held()}
+                        "held_at_end": states[0].held(),
+                        "not_replayed_before_first_gpu_sample": dict(before_gpu)}
         return result
 
     def _decide(self, batches: list[FeatureBatch], states: list[PolicyState], result: ReplayResult) -> None:
@@ -141,6 +160,47 @@ class Replayer:
             return ""
 
         return explain
+
+
+def from_first_gpu_sample(windows: Iterable[RecordingWindow], cadence_s: float, skipped: Counter[str],
+                          where: Path | str = "recording") -> Iterator[RecordingWindow]:
+    """*windows* without the port samples and events before the tick of the first valid GPU sample.
+
+    Before it there is no GPU to score, and the pipeline cannot close a tick without one.
+    What is left out is counted in *skipped* (``port_samples``, ``events``) and logged;
+    rejected rows still pass through, so the pipeline counts them. When no window holds
+    a valid GPU sample, :class:`RecordingError` says so, with the first rejection reason.
+    """
+    started = False
+    rejected = 0
+    reason = ""
+    for w in windows:
+        if started:
+            yield w
+            continue
+        if len(w.gpu) == 0:
+            n_rej = len(w.rejected)
+            if n_rej and "table" in w.rejected and "reason" in w.rejected:
+                gpu_rej = w.rejected[w.rejected["table"].astype(str) == RecordType.GPU.value]
+                rejected += len(gpu_rej)
+                reason = reason or (str(gpu_rej["reason"].iloc[0]) if len(gpu_rej) else "")
+            skipped["port_samples"] += len(w.net)
+            skipped["events"] += len(w.events)
+            yield replace(w, net=w.net.iloc[:0], events=w.events.iloc[:0])
+            continue
+        started = True
+        tick_start = math.floor(float(w.gpu["ts"].min()) / cadence_s) * cadence_s
+        net, events = w.net[w.net["ts"] >= tick_start], w.events[w.events["ts"] >= tick_start]
+        skipped["port_samples"] += len(w.net) - len(net)
+        skipped["events"] += len(w.events) - len(events)
+        if sum(skipped.values()):
+            log.warning("%s: %d port samples and %d events before the first GPU sample (%s) are not replayed",
+                        where, skipped["port_samples"], skipped["events"], tick_start)
+        yield replace(w, net=net, events=events)
+    if not started:
+        why = f"all {rejected} GPU rows break the telemetry contract (e.g. {reason})" if rejected else \
+            "its GPU rows are outside every window"
+        raise RecordingError(f"{where}: no valid GPU sample to replay: {why}")
 
 
 def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, Any],

@@ -12,10 +12,16 @@ Loops (:meth:`Agent.run`): the sampler runs in the caller's thread, each entry o
 ``Agent.loops`` in its own thread, all stopped by one ``threading.Event``. A later
 command consumer (GPU reset through a command topic) is one more entry there.
 
-A source failing at run time is logged (first time, on change, then every 60th time),
-counted in ``health()["source_errors"]``, and the other sources still publish. Time
-comes from an injected :class:`Clock`; tests call :meth:`tick` and
-:meth:`publish_pending` directly and need no threads.
+Failures at run time are classified, logged and counted; the loop goes on (only
+start-up fails fast: building sources and sink). A source failing is counted in
+``health()["source_errors"]`` and the other sources still publish. A message that
+cannot be encoded (a value the wire format cannot carry) is dropped and counted in
+``health()["tick_errors"]`` under ``encode_telemetry`` / ``encode_event``; the rest of
+the tick is published. Anything else escaping a tick is a bug: logged with its
+traceback, counted under ``tick``, and the next tick runs on time. Each log line comes
+the first time, when the cause changes, then every 60th time. Time comes from an
+injected :class:`Clock`; tests call :meth:`tick` and :meth:`publish_pending` directly
+and need no threads.
 """
 
 from __future__ import annotations
@@ -62,8 +68,17 @@ class SystemClock:
         time.sleep(seconds)
 
 
+#: Largest exponent :class:`Backoff` raises 2 to: 2.0 ** 1023 is the largest finite power of
+#: two, and any delay cap is reached long before it, so capping here changes no delay.
+_MAX_BACKOFF_EXPONENT = 1023
+
+
 class Backoff:
-    """Exponential backoff with ±``jitter`` (fraction), seeded so tests are reproducible."""
+    """Exponential backoff with ±``jitter`` (fraction), seeded so tests are reproducible.
+
+    The exponent is capped, so any number of failures in a row (days of broker outage)
+    gives ``max_s``; it never overflows a float.
+    """
 
     def __init__(self, initial_s: float, max_s: float, jitter: float = 0.2, seed: int | None = None) -> None:
         self.initial_s, self.max_s, self.jitter = initial_s, max_s, jitter
@@ -72,7 +87,7 @@ class Backoff:
 
     def next_delay(self) -> float:
         """Delay before the next attempt after one more failure."""
-        base = min(self.max_s, self.initial_s * (2 ** self.failures))
+        base = min(self.max_s, self.initial_s * 2.0 ** min(self.failures, _MAX_BACKOFF_EXPONENT))
         self.failures += 1
         return base * (1 + self.jitter * (2 * self._rng.random() - 1))
 
@@ -103,6 +118,9 @@ class Agent:
         self.last_publish_error: str | None = None
         self.source_errors: Counter[str] = Counter()
         self._last_source_error: dict[str, str] = {}
+        #: Failures in a tick other than a source's, by stage (encode_telemetry, encode_event, tick).
+        self.tick_errors: Counter[str] = Counter()
+        self._last_tick_error: dict[str, str] = {}
         #: Background loops run by :meth:`run` beside the sampler, each ``f(stop)``.
         self.loops: list[Callable[[threading.Event], None]] = [self._publish_loop]
 
@@ -129,15 +147,37 @@ class Agent:
         return len(msgs)
 
     def encode(self, batch: SourceBatch, now: float) -> list[OutboundMessage]:
-        """One telemetry message for the node's rows, then one message per event."""
+        """One telemetry message for the node's rows, then one message per event.
+
+        A message that cannot be encoded is left out, logged and counted (module doc);
+        the others are still returned.
+        """
         out = []
         if batch.gpu or batch.net:
-            msg = TelemetryMessage(node=self.node, ts=now, gpu=rows_to_columns(batch.gpu) if batch.gpu else {},
-                                   net=rows_to_columns(batch.net) if batch.net else {})
-            out.append(OutboundMessage(self.settings.telemetry_topic, self._key, encode_telemetry(msg)))
+            try:
+                msg = TelemetryMessage(node=self.node, ts=now, gpu=rows_to_columns(batch.gpu) if batch.gpu else {},
+                                       net=rows_to_columns(batch.net) if batch.net else {})
+                out.append(OutboundMessage(self.settings.telemetry_topic, self._key, encode_telemetry(msg)))
+            except (TypeError, ValueError, AttributeError) as e:  # orjson.JSONEncodeError is a TypeError
+                self._tick_failed("encode_telemetry", e,
+                                  f"{len(batch.gpu)} GPU and {len(batch.net)} port rows dropped")
         for ev in batch.events:
-            out.append(OutboundMessage(self.settings.events_topic, self._key, encode_event(ev)))
+            try:
+                out.append(OutboundMessage(self.settings.events_topic, self._key, encode_event(ev)))
+            except (TypeError, ValueError, AttributeError) as e:
+                self._tick_failed("encode_event", e, f"event dropped: {str(ev)[:300]}")
         return out
+
+    def _tick_failed(self, stage: str, e: BaseException, detail: str = "") -> None:
+        """Count and log (first time, on change, every 60th) one failure of a tick's *stage*."""
+        with self._lock:
+            self.tick_errors[stage] += 1
+            n = self.tick_errors[stage]
+        text = f"{type(e).__name__}: {e}"
+        if self._last_tick_error.get(stage) != text or n % 60 == 1:
+            log.error("%s failed (%d so far): %s%s", stage, n, text, f"; {detail}" if detail else "",
+                      exc_info=stage == "tick")  # encoding errors have a known cause; anything else is a bug
+        self._last_tick_error[stage] = text
 
     def _source_failed(self, name: str, e: Exception) -> None:
         self.source_errors[name] += 1
@@ -229,7 +269,11 @@ class Agent:
         next_tick = self.clock.monotonic()
         try:
             while not stop.is_set():
-                self.tick()
+                try:
+                    self.tick()
+                except Exception as e:  # noqa: BLE001 - classify, log and continue: one bad tick must not stop sampling
+                    self._tick_failed("tick", e)
+                    self.write_health()
                 next_tick += interval
                 late = self.clock.monotonic() - next_tick
                 if late > 0:  # a tick took longer than an interval: skip, never burst
@@ -280,6 +324,7 @@ class Agent:
                 "published_total": self.published, "buffer_depth": len(self.buffer),
                 "buffer_bytes": self.buffer.bytes, "dropped_total": self.buffer.dropped,
                 "rejected_total": self.rejected, "source_errors": dict(self.source_errors),
+                "tick_errors": dict(self.tick_errors),
             }
 
     def write_health(self) -> None:

@@ -45,11 +45,14 @@ class FeatureBatch:
         return df
 
     def by_node(self) -> "NodeFeatureBatch":
-        """Per-node matrix: the worst (max) value over the node's GPUs for every column.
+        """Per-node matrix: the largest value over the node's GPUs for every column (NaN ignored).
 
-        Features are oriented so that larger is worse (deficits, excesses, rates), and
-        node-level columns (``net_*``, ``node_*``) are equal on every GPU of a node, so
-        the max is the node's own value for those.
+        The max is the worst GPU's value only where larger is worse (rates, counts, throttle
+        fractions, the ``*_deficit_vs_peers`` / ``*_excess_vs_peers`` columns). For gauge
+        means and slopes (``sm_clock_mhz_mean_*``, ``util_gpu_mean_*``), ``samples_short`` and
+        the fleet z-scores, lower can be worse, and the max is simply the highest GPU's value.
+        Node-level columns (``net_*``, ``node_*``) are equal on every GPU of a node, so the max
+        is the node's own value for those.
         """
         if len(self) == 0:
             return NodeFeatureBatch(self.ts, np.zeros(0, object), np.zeros((0, len(self.names)), np.float32), self.names)

@@ -24,6 +24,7 @@ def replay(
 ) -> None:
     """Replay a recording in telemetry time (dry run) and score the decisions against its incidents."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from api.replay import Replayer, build_report, headline
@@ -48,7 +49,8 @@ def replay(
         info = {"path": None if rules_only else str(mpath), "training": bundle.metadata.get("training", {}).get("recordings")}
         rep = build_report(recording, result, info, cfg)
     except (RecordingError, ModelError, PolicyConfigError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        # one line, printed as is (a reason may hold "[...]", which rich would read as markup)
+        console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from None
     report.write_text(json.dumps(rep, indent=1, default=str) + "\n")
     if html:

@@ -1,6 +1,6 @@
 """How each fault class shows in telemetry: precursor dynamics and failure signature.
 
-Each ``apply_*`` function renders one :class:`~.plan.Incident` into one chunk: it
+Each effect in :data:`EFFECTS` renders one :class:`~.plan.Incident` into one chunk: it
 raises counter *rates* (expected increments per tick, sampled as Poisson later),
 adds deterministic increments, changes gauge targets, sets throttle bits and flags,
 marks samples missing, and emits kernel-log events. Progress ``p`` runs 0 → 1 over

@@ -19,6 +19,7 @@ next tick while the other sources keep publishing.
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
@@ -156,7 +157,10 @@ def normalize_pci_bus_id(bus_id: str) -> str:
     if len(parts) != 3:
         return s
     domain, bus, dev = parts
-    return f"{int(domain, 16):04x}:{bus.zfill(2)}:{dev.zfill(2)}"
+    try:
+        return f"{int(domain, 16):04x}:{bus.zfill(2)}:{dev.zfill(2)}"
+    except ValueError:  # not hex (a stray sysfs name): left as is, it matches nothing
+        return s
 
 
 def read_text(path: Path) -> str | None:
@@ -166,3 +170,30 @@ def read_text(path: Path) -> str | None:
             return f.read().decode("utf-8", errors="replace").strip()
     except OSError:
         return None
+
+
+#: Inclusive range of every integer dtype of the contract (spec/telemetry.md).
+INT_RANGES: dict[str, tuple[int, int]] = {"int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1),
+                                          "int64": (-(2**63), 2**63 - 1)}
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def within_column(value: float | int | None, dtype: str) -> float | int | None:
+    """*value* unchanged if a contract column of *dtype* holds it, else ``None``; never raises.
+
+    Sources parse numbers from text (a scrape, a sysfs file); a number no column can hold
+    (beyond int16/int32/int64, float32, or not finite) is "unknown", never a reason to fail
+    the sample or a cast downstream.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if dtype in INT_RANGES:
+        lo, hi = INT_RANGES[dtype]
+        return value if lo <= value <= hi else None  # int/float comparison is exact in Python
+    if dtype == "float32":
+        return value if abs(value) <= _FLOAT32_MAX else None
+    if dtype == "float64" and isinstance(value, int):
+        return value if abs(value) < 2**1023 else None
+    return value

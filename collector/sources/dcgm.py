@@ -11,12 +11,15 @@ else the first. Fields the exporter does not export are ``None``.
 
 A missing file or a malformed URL fails at start; an exporter that is down (it may
 start after the agent) is a transient error on each tick until it answers.
+
+Bounds: a ``gpu`` label must be ASCII digits that fit the int16 ``gpu`` column, else the
+series is ignored; a value its column cannot hold (``throttle_reasons`` beyond int64, a
+gauge beyond float32, NaN or ±Inf) is ``None``, never a reason to fail the scrape.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
 import urllib.error
 import urllib.request
@@ -24,8 +27,8 @@ from pathlib import Path
 from typing import Iterator
 
 from collector.schema import GPU_COLUMNS
-from collector.sources.base import (PermanentSourceError, Record, SourceBatch, SourceOptions,
-                                    TransientSourceError)
+from collector.sources.base import (INT_RANGES, PermanentSourceError, Record, SourceBatch, SourceOptions,
+                                    TransientSourceError, within_column)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,8 @@ DCGM_FIELDS: dict[str, str] = {
 }
 
 _GPU_VALUE_COLUMNS = tuple(c.name for c in GPU_COLUMNS if c.name not in ("ts", "node", "gpu", "gpu_uuid"))
+_DTYPE = {c.name: c.dtype for c in GPU_COLUMNS}
+_GPU_LABEL_RE = re.compile(r"[0-9]{1,5}")
 _SAMPLE_RE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
@@ -94,7 +99,7 @@ def scrape_to_rows(text: str, node: str, now: float) -> list[Record]:
     for name, labels, value in parse_exposition(text):
         col = DCGM_FIELDS.get(name)
         gpu_label = labels.get("gpu", "")
-        if col is None or not gpu_label.isdigit():
+        if col is None or not _GPU_LABEL_RE.fullmatch(gpu_label) or int(gpu_label) > INT_RANGES["int16"][1]:
             continue
         gpu = int(gpu_label)
         row = rows.get(gpu)
@@ -106,7 +111,7 @@ def scrape_to_rows(text: str, node: str, now: float) -> list[Record]:
         if key in seen and not (seen[key] and not instance):
             continue  # keep the first, unless a whole-GPU series replaces an instance one
         seen[key] = instance
-        row[col] = value if math.isfinite(value) else None
+        row[col] = within_column(value, _DTYPE[col])
     return [rows[g] for g in sorted(rows)]
 
 

@@ -8,6 +8,11 @@ missing or unreadable file is ``None``, never 0), and every file of ``hw_counter
 their files are listed once at start-up (file paths built once: this source reads ~50
 files per port per tick) and again whenever a port directory disappears or every
 ``rescan_every`` samples, so hot-plugged HCAs are picked up without a restart.
+
+Bounds: a port directory must be named by ASCII digits that fit the int16 ``port``
+column, else it is skipped; a counter or rate no float column can hold (a number
+beyond float64, garbage such as ``1.2.3 Gb/sec``) reads as ``None``. Nothing read from
+sysfs text fails the sample.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import re
 from pathlib import Path
 
 from collector.schema import IB_COUNTERS
-from collector.sources.base import PermanentSourceError, Record, SourceBatch, SourceOptions
+from collector.sources.base import (INT_RANGES, PermanentSourceError, Record, SourceBatch, SourceOptions,
+                                    within_column)
 
 log = logging.getLogger(__name__)
 
 _RATE_RE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
+_PORT_RE = re.compile(r"[0-9]{1,5}")
 _IB_COUNTER_SET = frozenset(IB_COUNTERS)
 _PORT_KEYS = frozenset({"ts", "node", "device", "port", "link_state", "phys_state", "rate_gbps"})
 
@@ -51,7 +58,12 @@ def parse_state(text: str | None) -> str | None:
 def parse_rate_gbps(text: str | None) -> float | None:
     """``400 Gb/sec (4X NDR)`` → 400.0; ``2.5 Gb/sec (1X SDR)`` → 2.5; garbage → None."""
     m = _RATE_RE.match(text or "")
-    return float(m.group(1)) if m else None
+    if m is None:
+        return None
+    try:
+        return within_column(float(m.group(1)), "float32")
+    except ValueError:  # "1.2.3"
+        return None
 
 
 def parse_counter(text: str | None) -> float | None:
@@ -60,7 +72,7 @@ def parse_counter(text: str | None) -> float | None:
         return None
     try:
         return float(int(text.split()[0], 0)) if text else None
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; beyond float64 (or Python's 4,300 digits)
         return None
 
 
@@ -95,7 +107,8 @@ class InfinibandSource:
                 names = os.listdir(pdir)
             except OSError:
                 continue
-            for p in sorted((n for n in names if n.isdigit()), key=int):
+            for p in sorted((n for n in names if _PORT_RE.fullmatch(n) and int(n) <= INT_RANGES["int16"][1]),
+                            key=int):
                 path = pdir / p
                 files = [(name, str(path / "counters" / name)) for name in IB_COUNTERS]
                 try:

@@ -12,14 +12,25 @@ Each event: ``kind`` ``xid`` or ``sxid``, ``code``, ``pci_bus_id`` as written in
 ``gpu`` resolved through the PCI bus id → index map (NVML's, else sysfs PCI order),
 ``message`` the raw line unchanged, ``source`` ``kmsg``. ``ts`` is the line's own time
 when it has one (absolute, or boot time + seconds since boot), else the sample time.
+
+Bounds: nothing parsed from a line can overflow the contract's columns or stop the
+source. A code above :data:`MAX_XID_CODE` (XIDs are below 200, SXids five digits) keeps
+its event with ``code`` null, so the raw line still reaches people while consumers,
+which use only events with a code, ignore it. A time that is not a plausible number (a
+``[`` timestamp beyond :data:`MAX_SINCE_BOOT_S`, a date ``mktime`` cannot represent)
+is dropped and the sample time used. A line longer than :data:`MAX_LINE_CHARS` is not
+one kernel record and is rejected. Each of these is counted by reason in
+``KmsgSource.problems`` and logged (the first time, then every 100th).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -43,20 +54,35 @@ _CTIME_RE = re.compile(r"^\[(?P<t>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:
 _ISO_RE = re.compile(r"^(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)")
 _DECODE_RE = re.compile(r"^[a-z]+\s*:[a-z]+\s*: ")
 
+#: Largest XID / SXid code kept: XIDs are below 200 and SXids have five digits today, so
+#: anything above 16 bits is a corrupt line (its event keeps ``code`` null). Well inside
+#: the contract's int32 ``code`` column.
+MAX_XID_CODE = 0xFFFF
+#: Longest line parsed: printk records are under 1 KiB, so a longer "line" is not one kernel
+#: record, and its event would not fit Kafka's 1 MiB message limit anyway.
+MAX_LINE_CHARS = 16 * 1024
+#: Largest seconds-since-boot taken from a line (100 years); beyond it the sample time is used.
+MAX_SINCE_BOOT_S = 100 * 365.25 * 86400.0
+
 
 @dataclass(frozen=True)
 class XidLine:
     """What one kernel line says about an XID / SXid."""
 
     kind: str  # "xid" | "sxid"
-    code: int
+    code: int | None  # None when the line's number is above MAX_XID_CODE
     pci_bus_id: str
     ts: float | None  # absolute time from the line, if it has one
     since_boot_s: float | None  # kernel monotonic time, if that is all it has
+    problem: str | None = None  # why ``code`` is None, if it is
 
 
 def parse_xid_line(line: str) -> XidLine | None:
-    """An :class:`XidLine` for an ``NVRM: Xid`` / ``SXid`` line, else ``None``."""
+    """An :class:`XidLine` for an ``NVRM: Xid`` / ``SXid`` line, else ``None``.
+
+    Never raises, whatever the line; a code above :data:`MAX_XID_CODE` gives ``code``
+    None and says so in ``problem``.
+    """
     m = _XID_RE.search(line)
     kind = "xid"
     if m is None:
@@ -65,33 +91,57 @@ def parse_xid_line(line: str) -> XidLine | None:
         if m is None:
             return None
     ts, mono = line_time(line)
-    return XidLine(kind, int(m.group("code")), m.group("pci"), ts, mono)
+    code = parse_code(m.group("code"))
+    problem = None if code is not None else f"{kind} code above {MAX_XID_CODE}"
+    return XidLine(kind, code, m.group("pci"), ts, mono, problem)
+
+
+def parse_code(digits: str) -> int | None:
+    """The code written as ASCII *digits*, or ``None`` above :data:`MAX_XID_CODE`.
+
+    The length is checked before ``int``: a line of a million digits neither overflows
+    anything downstream nor meets Python's 4,300-digit ``int`` limit.
+    """
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_XID_CODE)):
+        return None
+    code = int(significant)
+    return code if code <= MAX_XID_CODE else None
+
+
+def _since_boot(text: str, scale: float) -> float | None:
+    """``float(text) * scale`` if finite and within [0, MAX_SINCE_BOOT_S], else None."""
+    v = float(text) * scale  # [0-9.] text: float() gives inf for huge values, never raises
+    return v if math.isfinite(v) and 0.0 <= v <= MAX_SINCE_BOOT_S else None
 
 
 def line_time(line: str) -> tuple[float | None, float | None]:
-    """(absolute epoch seconds, seconds since boot) carried by a log line; either may be None."""
+    """(absolute epoch seconds, seconds since boot) carried by a log line; either may be None.
+
+    A time that is out of range (see the module doc) is None; this never raises.
+    """
     s = line.lstrip("> ")
     m = _KMSG_RE.match(s)
     if m:
-        return None, int(m.group("usec")) / 1e6
+        return None, _since_boot(m.group("usec"), 1e-6)
     s = _DECODE_RE.sub("", s, count=1)
     m = _MONO_RE.match(s)
     if m:
-        return None, float(m.group("s"))
+        return None, _since_boot(m.group("s"), 1.0)
     m = _ISO_RE.match(s)
     if m:
         try:
             dt = datetime.fromisoformat(m.group("t").replace(",", "."))
-        except ValueError:
+            if dt.tzinfo is None:  # dmesg prints local time without an offset only in odd setups
+                return time.mktime(dt.timetuple()) + dt.microsecond / 1e6, None
+            return dt.timestamp(), None
+        except (ValueError, OverflowError, OSError):  # a date the platform's time_t cannot hold
             return None, None
-        if dt.tzinfo is None:  # dmesg prints local time without an offset only in odd setups
-            return time.mktime(dt.timetuple()) + dt.microsecond / 1e6, None
-        return dt.timestamp(), None
     m = _CTIME_RE.match(s)
     if m:  # dmesg -T: the host's local time
         try:
             return time.mktime(time.strptime(m.group("t"), "%a %b %d %H:%M:%S %Y")), None
-        except ValueError:
+        except (ValueError, OverflowError, OSError):
             return None, None
     return None, None
 
@@ -147,6 +197,8 @@ class KmsgSource:
                 f"kmsg source cannot open {self.path}: {e.strerror or e}; run as root (or with "
                 f"CAP_SYSLOG) for /dev/kmsg, or pass --kmsg-file PATH") from e
         self.lines_seen = 0
+        #: Lines rejected or kept with fields dropped, by reason (see the module doc).
+        self.problems: Counter[str] = Counter()
 
     @classmethod
     def from_options(cls, options: SourceOptions) -> "KmsgSource":
@@ -168,18 +220,44 @@ class KmsgSource:
         return SourceBatch(events=events)
 
     def event(self, line: str, now: float) -> Record | None:
-        """The event record for one kernel line, or ``None`` if it is not an XID / SXid."""
+        """The event record for one kernel line, or ``None`` if it is not an XID / SXid.
+
+        Never raises; lines out of bounds are counted in :attr:`problems` (module doc).
+        """
+        if len(line) > MAX_LINE_CHARS:
+            if "Xid (" in line:
+                self._problem(f"line longer than {MAX_LINE_CHARS} characters", line)
+            return None
         x = parse_xid_line(line)
         if x is None:
             return None
+        if x.problem:
+            self._problem(x.problem, line)
         ts = x.ts
         if ts is None:
             ts = self.boot_ts + x.since_boot_s if (self.boot_ts and x.since_boot_s is not None) else now
+            if not math.isfinite(ts):
+                ts = now
         gpu = self.gpu_index_by_pci.get(normalize_pci_bus_id(x.pci_bus_id)) if x.kind == "xid" else None
         return {"ts": ts, "node": self.node, "gpu": gpu, "source": "kmsg", "kind": x.kind,
-                "code": x.code, "pci_bus_id": x.pci_bus_id, "message": line}
+                "code": x.code, "pci_bus_id": x.pci_bus_id, "message": _utf8(line)}
+
+    def _problem(self, reason: str, line: str) -> None:
+        self.problems[reason] += 1
+        n = self.problems[reason]
+        if n == 1 or n % 100 == 0:
+            log.warning("kmsg: %s (%d so far): %.200r", reason, n, line)
 
     def close(self) -> None:
         """Close the followed file."""
         self._follower.close()
+
+
+def _utf8(line: str) -> str:
+    """*line*, with anything that is not encodable as UTF-8 (lone surrogates) replaced."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return line.encode("utf-8", "replace").decode("utf-8")
+    return line
 

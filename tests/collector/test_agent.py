@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import orjson
 import pytest
@@ -216,6 +216,31 @@ def test_pop_through_ignores_messages_already_dropped_while_in_flight() -> None:
     assert [m.value[:1] for m in buf.peek(10)] == [b"2", b"3"]
 
 
+def test_ten_thousand_failed_publishes_keep_backing_off_at_the_cap_and_publish_after_recovery(
+        fake_clock: FakeClock) -> None:
+    # ~3.5 days of broker outage at the 30 s cap: 2 ** 1024 used to overflow and kill the publisher
+    sink = FakeSink()
+    sink.down = True
+    agent = Agent(_settings(backoff_max_s=30.0), [CountingSource()], sink, clock=fake_clock, seed=5)
+    agent.tick()
+    longest = 0.0
+    for _ in range(10_000):
+        assert not agent.publish_pending()
+        wait = agent._retry_at - fake_clock.monotonic()
+        longest = max(longest, wait)
+        fake_clock.advance(wait)
+    assert agent.backoff.failures == 10_000 and sink.calls == 10_000
+    assert 30.0 <= longest <= 30.0 * 1.2
+    sink.down = False
+    assert agent.publish_pending() and _seqs(sink.delivered) == [0]
+
+
+def test_backoff_delay_stays_finite_and_capped_after_any_number_of_failures() -> None:
+    b = Backoff(0.5, 30.0, jitter=0.0, seed=1)
+    b.failures = 10**9
+    assert b.next_delay() == 30.0
+
+
 def test_backoff_with_the_same_seed_gives_the_same_delays() -> None:
     a, b = Backoff(1, 60, seed=3), Backoff(1, 60, seed=3)
     assert [a.next_delay() for _ in range(5)] == [b.next_delay() for _ in range(5)]
@@ -302,3 +327,95 @@ def test_events_carry_the_record_fields_on_the_wire(fake_clock: FakeClock, tmp_p
     [ev] = sink.delivered
     body = orjson.loads(ev.value)
     assert body["schema"] == "gpuops.event" and body["code"] == 79 and body["node"] == "gpu-node-001"
+
+
+class _SteppedStop(threading.Event):
+    """The sampler's wait between ticks, stepped by hand: it runs the publisher once, records
+    what the sink holds, advances the fake clock by the wait, and stops after *ticks* waits."""
+
+    def __init__(self, agent: Agent, sink: FakeSink, clock: FakeClock, ticks: int,
+                 between: Callable[[int], None] = lambda n: None) -> None:
+        super().__init__()
+        self.agent, self.sink, self.clock, self.ticks, self.between = agent, sink, clock, ticks, between
+        self.delivered_after: list[list[OutboundMessage]] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.agent.publish_pending()
+        self.delivered_after.append(list(self.sink.delivered))
+        self.between(len(self.delivered_after))
+        self.clock.advance(timeout or 0.0)
+        if len(self.delivered_after) >= self.ticks:
+            self.set()
+        return self.is_set()
+
+
+class _Broken:
+    name = "broken"
+
+    def sample(self, now: float) -> SourceBatch:
+        raise ZeroDivisionError("a bug in a source")
+
+    def close(self) -> None:
+        pass
+
+
+class _Unencodable:
+    """A source (a future one, with a bug) whose event carries a number JSON cannot hold."""
+
+    name = "unencodable"
+
+    def sample(self, now: float) -> SourceBatch:
+        return SourceBatch(events=[{"ts": now, "node": "gpu-node-001", "source": "x", "kind": "xid", "code": 2**70}])
+
+    def close(self) -> None:
+        pass
+
+
+def test_sampling_loop_survives_a_raising_source_an_out_of_range_xid_line_and_an_unencodable_event(
+        fake_clock: FakeClock, tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("[1.0] NVRM: Xid (PCI:0000:18:00): 99999999999999999999, Graphics Exception\n")
+    sink = FakeSink()
+    kmsg = KmsgSource("gpu-node-001", log, from_start=True, gpu_index_by_pci={"0000:18:00": 0})
+    agent = Agent(_settings(), [_Broken(), kmsg, CountingSource(), _Unencodable()], sink, clock=fake_clock)
+    agent.loops = []  # the stepped stop publishes between ticks: no thread, no real time
+
+    def after_tick(n: int) -> None:
+        if n == 1:
+            with open(log, "a") as f:
+                f.write("[2.0] NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n")
+
+    stop = _SteppedStop(agent, sink, fake_clock, ticks=3, between=after_tick)
+    agent.run(stop)
+
+    first, second, third = stop.delivered_after
+    assert _seqs([m for m in first if m.topic == TOPIC_TELEMETRY]) == [0]
+    assert [decode_event(m.value)["code"] for m in first if m.topic == TOPIC_EVENTS] == [None]  # raw line kept
+    assert _seqs([m for m in second if m.topic == TOPIC_TELEMETRY]) == [0, 1]  # the next tick still publishes
+    assert [decode_event(m.value)["code"] for m in second if m.topic == TOPIC_EVENTS] == [None, 79]
+    assert _seqs([m for m in third if m.topic == TOPIC_TELEMETRY]) == [0, 1, 2]
+    h = agent.health()
+    assert h["ticks"] == 3 and h["source_errors"] == {"broken": 3}
+    assert h["tick_errors"] == {"encode_event": 3}
+    assert kmsg.problems == {"xid code above 65535": 1}
+
+
+def test_a_tick_that_fails_outside_any_source_is_logged_counted_and_the_next_tick_runs(
+        fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    sink = FakeSink()
+    agent = Agent(_settings(), [CountingSource()], sink, clock=fake_clock)
+    agent.loops = []
+    encode, calls = agent.encode, []
+
+    def encode_failing_once(batch: SourceBatch, now: float) -> list[OutboundMessage]:
+        calls.append(now)
+        if len(calls) == 1:
+            raise RuntimeError("a bug between sampling and buffering")
+        return encode(batch, now)
+
+    monkeypatch.setattr(agent, "encode", encode_failing_once)
+    stop = _SteppedStop(agent, sink, fake_clock, ticks=3)
+    agent.run(stop)
+    assert _seqs(sink.delivered) == [1, 2]  # sample 0 was lost with its tick; the loop went on
+    assert agent.health()["tick_errors"] == {"tick": 1}
+    assert any("a bug between sampling and buffering" in r.getMessage() and r.exc_info for r in caplog.records)

@@ -123,3 +123,25 @@ def test_exporter_that_does_not_answer_is_a_transient_error(exporter: str) -> No
 def test_missing_scrape_file_fails_at_start(tmp_path: Path) -> None:
     with pytest.raises(PermanentSourceError, match="--dcgm-url"):
         DcgmSource("n", str(tmp_path / "absent.txt"))
+
+
+def test_values_and_gpu_labels_no_column_can_hold_are_null_or_ignored_and_never_raise() -> None:
+    text = "\n".join([
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 50',
+        'DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0"} 1e30',  # int64 column
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 1e300',  # float32 column
+        'DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="0"} 1e300',  # float64 column: held
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0"} +Inf',
+        'DCGM_FI_DEV_GPU_UTIL{gpu="99999999999999999999"} 1',  # int16 gpu column
+        'DCGM_FI_DEV_GPU_UTIL{gpu="32768"} 1',
+        'DCGM_FI_DEV_GPU_UTIL{gpu="\u00b2"} 1',  # "²".isdigit(), but int("²") raises
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1"} 99999999999999999999999',
+    ])
+    rows = scrape_to_rows(text, "gpu-node-001", 1767225600.0)
+    assert [r["gpu"] for r in rows] == [0, 1]
+    r0, r1 = rows
+    assert (r0["util_gpu"], r0["throttle_reasons"], r0["temp_gpu_c"], r0["ecc_sbe_vol"], r0["power_w"]) == \
+        (50.0, None, None, 1e300, None)
+    assert r1["util_gpu"] == 1e23
+    for r in rows:
+        assert validate_record(r, RecordType.GPU) is None

@@ -113,3 +113,24 @@ def test_rate_text_gives_gbps(text: str | None, want: float | None) -> None:
 def test_counter_text_gives_a_number_or_null() -> None:
     assert parse_counter("18446744073709551615") == 2.0**64 - 1
     assert parse_counter("N/A (no PMA)") is None and parse_counter(None) is None
+
+
+@pytest.mark.parametrize("text", ["1.2.3 Gb/sec (4X)", "9" * 400 + " Gb/sec", "1" + "0" * 39 + " Gb/sec"])
+def test_rate_no_float32_column_can_hold_is_null_and_never_raises(text: str) -> None:
+    assert parse_rate_gbps(text) is None
+
+
+@pytest.mark.parametrize("text", ["9" * 400, "0x" + "f" * 300, "9" * 5000])
+def test_counter_beyond_float64_is_null_and_never_raises(text: str) -> None:
+    assert parse_counter(text) is None
+
+
+def test_port_directories_that_do_not_fit_the_int16_port_column_are_skipped(tmp_path: Path) -> None:
+    _port(tmp_path, "mlx5_0", 1, symbol_error="9" * 400 + "\n")
+    _port(tmp_path, "mlx5_0", 99999999999999999999)
+    _port(tmp_path, "mlx5_0", 32768)
+    (tmp_path / "class/infiniband/mlx5_0/ports/\u00b2").mkdir()  # "²".isdigit(), but int("²") raises
+    src = InfinibandSource(node="n", sysfs_root=tmp_path)
+    assert src.ports == [("mlx5_0", 1)]
+    (row,) = src.sample(0.0).net
+    assert row["symbol_error"] is None and validate_record(row, RecordType.NET) is None
