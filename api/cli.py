@@ -46,3 +46,7 @@ def build_cli() -> typer.Typer:
 def main() -> None:
     """Console-script entry point."""
     build_cli()()
+
+
+if __name__ == "__main__":
+    main()

@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.batch import FeatureBatch
 from pipeline.columns import GpuRows, NetRows, XidRows
-from pipeline.features import PartBaselines, compute_features
+from pipeline.features import FEATURE_NAMES, PartBaselines, compute_features
 from pipeline.frames import gpu_rows_from_frame, net_rows_from_frame, xid_rows_from_frame
 from pipeline.ports import NodeXidState, PortWindowState
 from pipeline.registry import Keys
@@ -150,8 +150,11 @@ class FeaturePipeline:
         self.counts.ticks += 1
         order = self.keys.gpus.canonical_order()
         slots = order[self.gpu_state.last_seen[order] >= tick_end - s.retain_silent_s]
-        x = compute_features(self.gpu_state, self.port_state, self.node_xids, self.keys.gpus, self.keys.ports,
-                             slots, tick_end, s.n_short_buckets, self.baselines)
+        if len(slots) == 0:  # only ports or events this tick (or every GPU silent too long): nothing to score
+            x = np.zeros((0, len(FEATURE_NAMES)), np.float32)
+        else:
+            x = compute_features(self.gpu_state, self.port_state, self.node_xids, self.keys.gpus, self.keys.ports,
+                                 slots, tick_end, s.n_short_buckets, self.baselines)
         gpus = self.keys.gpus
         return FeatureBatch(tick_end, self.keys.node_names()[gpus.slot_node[slots]], gpus.slot_gpu[slots].copy(), x)
 

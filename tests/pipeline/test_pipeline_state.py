@@ -155,3 +155,11 @@ def test_port_counters_and_link_state_aggregate_per_node() -> None:
     assert f.loc[("gpu-node-000", 0), "net_ports_not_active_frac_short"] == 3 / 12
     assert f.loc[("gpu-node-001", 1), "net_ports_not_active_frac_short"] == 0
     assert (f["net_ports"] == 2).all()
+
+
+def test_a_tick_with_ports_or_events_but_no_gpu_gives_an_empty_batch_not_a_crash() -> None:
+    net = pd.DataFrame([{"ts": T0 + 5, "node": "gpu-node-000", "device": "mlx5_0", "port": 1, "link_state": "ACTIVE",
+                         "port_rcv_errors": 0.0}])
+    out = run(one_gpu([200, 210], pcie_replay=[0.0, 0.0]), net)
+    assert len(out[T0 + 60]) == 0
+    assert len(out[T0 + 240]) == 1
