@@ -222,10 +222,6 @@ THROTTLE_SW_THERMAL = 0x20
 THROTTLE_HW_THERMAL = 0x40
 THROTTLE_HW_POWER_BRAKE = 0x80
 
-#: XIDs that are the job's own fault (§4 ``app_error``).
-APP_XIDS = frozenset({13, 31, 43, 45})
-
-
 # --------------------------------------------------------------------------- validation
 
 
