@@ -121,6 +121,7 @@ _KEYS = (_c("ts", "float64", "key", "s", True), _c("node", "string", "key", "", 
 GPU_COLUMNS: tuple[Column, ...] = _KEYS + (
     _c("gpu", "int16", "key", "", True),
     _c("gpu_uuid", "string", "label"),
+    _c("pci_bus_id", "string", "label"),  # NVML form 00000000:4E:00.0: lets node-level XIDs find their GPU
     _c("util_gpu", "float32", "gauge", "%"),
     _c("util_mem", "float32", "gauge", "%"),
     _c("fb_used_mib", "float32", "gauge", "MiB"),
