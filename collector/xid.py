@@ -35,6 +35,10 @@ choices, bucket by bucket:
   job's own hang would be a false action, and a GPU that really hangs shows GSP / PMU
   XIDs or stops sampling, which do act.
 
+The few codes read differently from the rest of their bucket (63, 94, 64, 95, 140, 109) name
+the bucket that reading assumes; a catalogue that moves one of them fails at load rather than
+silently keeping the old action.
+
 An XID that names no GPU (its PCI bus id could not be resolved) acts on the node:
 :attr:`XidClass.node_action` is the class's action with ``gpu`` unknown — a reset becomes
 "drain, then reset the node's GPUs when idle", since no single GPU can be named.
@@ -111,8 +115,10 @@ HARDWARE_XID_KEYS: tuple[str, ...] = tuple(f"xid_{c.name}_" for c in XID_CLASSES
                                            if c.fault not in (None, FaultClass.APP_ERROR))
 OTHER = XID_CLASSES[-1]
 
-#: Codes whose class is fixed by gpuops' reading rather than by their bucket (see the module docstring).
-_BY_CODE = {63: "remap_event", 94: "contained_ecc", 64: "hbm_fatal", 95: "hbm_fatal", 140: "hbm_fatal", 109: "other"}
+#: Codes whose class is gpuops' reading within their bucket (see the module docstring): code →
+#: (the bucket that reading assumes, class). A catalogue that moves one of them fails at load.
+_BY_CODE = {63: ("IGNORE", "remap_event"), 94: ("RESTART_APP", "contained_ecc"), 64: ("RESET_GPU", "hbm_fatal"),
+            95: ("RESET_GPU", "hbm_fatal"), 140: ("RESET_GPU", "hbm_fatal"), 109: ("RESET_GPU", "other")}
 _BY_BUCKET = {"RESTART_APP": "app", "WORKFLOW_XID_45": "app", "IGNORE": "informational", "RESET_GPU": "gpu_reset",
               "WORKFLOW_XID_48": "dbe", "RESTART_BM": "off_bus", "WORKFLOW_NVLINK_ERR": "nvlink",
               "WORKFLOW_NVLINK5_ERR": "nvlink"}
@@ -123,16 +129,21 @@ def catalog() -> dict[int, XidEntry]:
     """The shipped catalogue, by code."""
     text = resources.files("collector").joinpath("data/xid_catalog.csv").read_text(encoding="utf-8")
     rows = csv.DictReader(text.splitlines())
-    return {int(r["code"]): XidEntry(int(r["code"]), r["mnemonic"], r["description"], r["immediate_action"],
-                                     r["investigatory_action"]) for r in rows}
+    out = {int(r["code"]): XidEntry(int(r["code"]), r["mnemonic"], r["description"], r["immediate_action"],
+                                    r["investigatory_action"]) for r in rows}
+    moved = {c: (b, out[c].immediate_action if c in out else None) for c, (b, _) in _BY_CODE.items()
+             if c not in out or out[c].immediate_action != b}
+    if moved:
+        raise ValueError(f"XID catalogue disagrees with gpuops' reading (code: (assumed, catalogue)): {moved}")
+    return out
 
 
 def class_of(code: int) -> XidClass:
     """gpuops' class of one XID code (``other`` for codes outside the catalogue)."""
-    name = _BY_CODE.get(code)
-    if name is None:
-        e = catalog().get(code)
-        name = _BY_BUCKET.get(e.immediate_action, OTHER.name) if e else OTHER.name
+    e = catalog().get(code)
+    if e is None:
+        return OTHER
+    name = _BY_CODE[code][1] if code in _BY_CODE else _BY_BUCKET.get(e.immediate_action, OTHER.name)
     return CLASS_BY_NAME[name]
 
 
@@ -143,20 +154,6 @@ def codes_by_class() -> dict[str, frozenset[int]]:
     for code in catalog():
         out[class_of(code).name].add(code)
     return {k: frozenset(v) for k, v in out.items()}
-
-
-def app_xids() -> frozenset[int]:
-    """XIDs that alone are the job's own fault (spec §4 ``app_error``): RESTART_APP, IGNORE,
-    WORKFLOW_XID_45, and a lone 63 or 94."""
-    by = codes_by_class()
-    return frozenset().union(*(by[c.name] for c in XID_CLASSES if c.fault is FaultClass.APP_ERROR),
-                             by["remap_event"], by["contained_ecc"])
-
-
-def describe(code: int) -> str:
-    """``"XID 79 (GPU has fallen off the bus)"`` for reasons shown to people."""
-    e = catalog().get(code)
-    return f"XID {code} ({e.description})" if e and e.description else f"XID {code}"
 
 
 def extract_catalog(xlsx: Path) -> list[dict[str, str]]:

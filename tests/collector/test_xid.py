@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from collector.schema import Action, FaultClass, FollowUp
-from collector.xid import XID_CLASSES, app_xids, catalog, class_of, codes_by_class, describe, extract_catalog
+from collector.simulator.plan import APP_XID_CODES
+from collector.xid import XID_CLASSES, catalog, class_of, codes_by_class, extract_catalog
 
 
 def test_shipped_catalogue_equals_nvidias_workbook(shared_fixtures):
@@ -62,15 +63,33 @@ def test_a_reset_for_an_unknown_gpu_becomes_drain_and_reset_when_idle():
     assert class_of(79).node_action == (Action.DRAIN, FollowUp.REBOOT)
 
 
-def test_app_xids_are_the_jobs_own_faults():
-    assert {13, 31, 43, 45, 63, 92, 94} <= app_xids()
-    assert not app_xids() & {48, 64, 79, 74, 95, 119}
+def test_the_simulators_application_xids_never_act_on_the_node():
+    assert APP_XID_CODES and not any(class_of(c).acts for c in APP_XID_CODES)
 
 
 def test_class_names_are_unique():
     assert len({c.name for c in XID_CLASSES}) == len(XID_CLASSES)
 
 
-def test_descriptions_come_from_the_catalogue():
-    assert "fallen off the bus" in describe(79).lower()
-    assert describe(424242) == "XID 424242"
+def test_a_catalogue_that_moves_a_code_gpuops_reads_specially_fails_at_load(monkeypatch):
+    from collector import xid
+
+    text = xid.resources.files("collector").joinpath("data/xid_catalog.csv").read_text(encoding="utf-8")
+    moved = text.replace("Uncontained memory error,RESET_GPU", "Uncontained memory error,RESTART_APP")
+    assert moved != text
+
+    class _Files:
+        def joinpath(self, _):
+            return self
+
+        def read_text(self, encoding):
+            return moved
+
+    monkeypatch.setattr(xid.resources, "files", lambda _: _Files())
+    xid.catalog.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="95"):
+            xid.catalog()
+    finally:
+        monkeypatch.undo()
+        xid.catalog.cache_clear()
