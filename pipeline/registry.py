@@ -177,18 +177,17 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def _pci_keys(bus_ids: np.ndarray | pd.Categorical) -> np.ndarray:
-    """Normalised PCI bus id (``0000:4e:00``, see :func:`normalize_pci_bus_id`) per row, as an
-    object array; ``None`` where the id is missing or malformed. Normalised once per distinct id."""
+def _pci_keys(bus_ids: np.ndarray | pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, -1 where missing; normalised id per code, ``None`` where malformed): each
+    distinct bus id is normalised once (``0000:4e:00``, see :func:`normalize_pci_bus_id`)."""
     codes, uniques = pd.factorize(bus_ids, use_na_sentinel=True)
-    table = np.empty(len(uniques) + 1, dtype=object)
+    table = np.empty(len(uniques), dtype=object)
     for j, u in enumerate(uniques):
         try:
             table[j] = normalize_pci_bus_id(str(u)) if str(u).count(":") in (1, 2) else None
         except ValueError:
             table[j] = None
-    table[-1] = None
-    return table[codes]
+    return codes, table
 
 
 class PciGpuMap:
@@ -208,18 +207,22 @@ class PciGpuMap:
 
     def learn(self, nodes: np.ndarray, gpus: np.ndarray, bus_ids: np.ndarray | pd.Categorical) -> None:
         """Record the bus id of each (node, gpu) row (distinct triples only; the latest wins)."""
-        keys = _pci_keys(bus_ids)
-        ok = keys != None  # noqa: E711 (element-wise)
+        codes, table = _pci_keys(bus_ids)
+        ok = codes >= 0
         if not ok.any():
             return
-        rows = pd.DataFrame({"n": nodes[ok], "g": gpus[ok], "k": keys[ok]}).drop_duplicates(keep="last")
-        self._gpu.update(zip(zip(rows["n"].tolist(), rows["k"].tolist()), rows["g"].tolist()))
+        n_ids, n_gpus = len(table), int(gpus.max()) + 1
+        triple = pd.unique((nodes[ok].astype(np.int64) * n_gpus + gpus[ok]) * n_ids + codes[ok])
+        node_gpu, code = np.divmod(triple, n_ids)
+        for (n, g), k in zip(zip(*np.divmod(node_gpu, n_gpus)), table[code]):
+            if k is not None:
+                self._gpu[(int(n), k)] = int(g)
 
     def resolve(self, nodes: np.ndarray, bus_ids: np.ndarray | pd.Categorical) -> np.ndarray:
         """GPU index per row (int16), -1 where the bus id is missing or not (yet) known."""
-        keys = _pci_keys(bus_ids)
-        return np.fromiter((-1 if k is None else self._gpu.get((int(n), k), -1) for n, k in zip(nodes, keys)),
-                           np.int16, len(keys))
+        codes, table = _pci_keys(bus_ids)
+        return np.fromiter((-1 if c < 0 or table[c] is None else self._gpu.get((int(n), table[c]), -1)
+                            for n, c in zip(nodes, codes)), np.int16, len(codes))
 
 
 class Keys:
