@@ -121,6 +121,7 @@ _KEYS = (_c("ts", "float64", "key", "s", True), _c("node", "string", "key", "", 
 GPU_COLUMNS: tuple[Column, ...] = _KEYS + (
     _c("gpu", "int16", "key", "", True),
     _c("gpu_uuid", "string", "label"),
+    _c("pci_bus_id", "string", "label"),  # NVML form 00000000:4E:00.0: lets node-level XIDs find their GPU
     _c("util_gpu", "float32", "gauge", "%"),
     _c("util_mem", "float32", "gauge", "%"),
     _c("fb_used_mib", "float32", "gauge", "MiB"),
@@ -221,10 +222,6 @@ THROTTLE_HW_SLOWDOWN = 0x8
 THROTTLE_SW_THERMAL = 0x20
 THROTTLE_HW_THERMAL = 0x40
 THROTTLE_HW_POWER_BRAKE = 0x80
-
-#: XIDs that are the job's own fault (§4 ``app_error``).
-APP_XIDS = frozenset({13, 31, 43, 45})
-
 
 # --------------------------------------------------------------------------- validation
 

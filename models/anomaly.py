@@ -20,12 +20,14 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.ensemble import IsolationForest
 
+from collector.xid import HARDWARE_XID_KEYS
+
 from .base import NO_FAULT, Detector, DetectorOutput
 from .treeeval import IsolationTrees
 
 #: substrings selecting the features the forest sees (deviations, rates, throttling)
-FEATURE_KEYS = ("_vs_peers", "_fleet_z", "_per_h_", "_per_min_", "_frac_short", "row_remap", "xid_hbm",
-                "xid_off_bus", "xid_nvlink", "xid_other", "temp_gpu_c_slope")
+FEATURE_KEYS = ("_vs_peers", "_fleet_z", "_per_h_", "_per_min_", "_frac_short", "row_remap", *HARDWARE_XID_KEYS,
+                "xid_other", "temp_gpu_c_slope")
 #: congestion is normal on a busy fabric: never an anomaly on its own
 EXCLUDE_KEYS = ("xmit_wait", "power_cap")
 

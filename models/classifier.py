@@ -22,6 +22,8 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 
+from collector.xid import HARDWARE_XID_KEYS
+
 from .base import NO_FAULT, Detector, DetectorOutput
 from .treeeval import BoostedTrees
 
@@ -34,9 +36,10 @@ EXPLAIN_TOP = 10
 #: replays never looks healthier than a trickle — trees would otherwise learn whatever
 #: shape the few incidents of a class happen to have.
 MONOTONE_UP = ("ecc_sbe_per_h", "ecc_dbe", "retired_pages", "remapped_rows", "row_remap", "pcie_replay",
-               "nvlink_", "thermal_violation", "throttle_hw_", "xid_hbm", "xid_off_bus", "xid_nvlink",
+               "nvlink_", "thermal_violation", "throttle_hw_", *HARDWARE_XID_KEYS,
                "net_symbol_error", "net_link_error_recovery", "net_link_downed", "net_port_rcv_errors",
                "net_port_rcv_remote_physical", "net_local_link_integrity", "net_ports_not_active",
+               "net_port_down_after_active",
                "sm_clock_deficit_vs_peers", "temp_gpu_excess_vs_peers", "_excess_long")
 
 

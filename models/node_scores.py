@@ -34,7 +34,7 @@ class NodeScores:
     gpu: np.ndarray         # GPU index with the highest p_fail
     row: np.ndarray         # its row in the tick's feature matrix
     rule: np.ndarray        # highest-priority rule that fired on any GPU, -1 if none
-    rule_gpu: np.ndarray
+    rule_gpu: np.ndarray    # the GPU that rule fired on; -1 when the rule acts on the whole node
     rule_row: np.ndarray
     rule_fault: np.ndarray  # that rule's fault class index
     rule_action: np.ndarray  # that rule's Action (object; None where no rule fired)
@@ -95,6 +95,8 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     an_row = _argmax_per_group(an, group, starts)
     actions = np.array([r.action for r in rules.rules] + [None], dtype=object)
     follow_ups = np.array([r.follow_up for r in rules.rules] + [None], dtype=object)
+    on_node = np.array([r.on_node for r in rules.rules] + [False])
+    rule_gpu = np.where(on_node[rule], -1, batch.gpu[rule_row]).astype(int)  # evidence naming no GPU: the node
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
-                      rule, batch.gpu[rule_row].astype(int), rule_row, scores.rule_fault[rule_row],
+                      rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row)

@@ -1,10 +1,20 @@
 """The reactive baseline: XID-catalogue and hard-threshold rules.
 
-This is what NVSentinel, NHC and DCGM health watches do today: act when a fatal XID
-appears or a counter crosses a hard limit. Rules are data (:data:`DEFAULT_RULES`),
+This is what NVSentinel, NHC and DCGM health watches do today: act when a catalogue XID
+says so or a counter crosses a hard limit. Rules are data (:data:`DEFAULT_RULES`),
 validated against the feature names when the detector is built; each fires on one
-feature crossing a threshold and names a fault class, an action and a reason. The
-first rule that fires on a row wins (order = priority).
+feature crossing a threshold (and, where it names them, further features crossing
+theirs) and names a fault class, an action, a follow-up and a reason. The first rule
+that fires on a row wins (order = priority).
+
+What an XID means — fault class, action, follow-up — is read from :mod:`collector.xid`
+(one home); the XID rules here only say which class they watch and in which scope: a
+GPU's own XIDs (``xid_<class>_count_short``) act on that GPU, XIDs that name no GPU
+(``node_xid_<class>_count_short``) act on the node (``on_node``: the decision carries no GPU,
+and a reset becomes drain + reset when idle). Classes whose catalogue bucket is
+RESTART_APP or IGNORE have no rule: they never act on the node. A pending row remap
+(63 with 94 on one GPU, or the ``row_remap_pending`` flag with a new uncorrectable
+error) drains and resets when idle rather than at once.
 """
 
 from __future__ import annotations
@@ -15,13 +25,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from collector.schema import Action, FaultClass, FollowUp
+from collector.xid import CLASS_BY_NAME
 
 from .base import Detector, DetectorOutput, FeatureMismatch, class_index
 
 
 @dataclass(frozen=True)
 class Rule:
-    """``feature > threshold`` (or ``>=``) means ``fault`` now; remedy ``action``."""
+    """``feature > threshold`` (or ``>=``), and every ``requires`` feature above its threshold,
+    means ``fault`` now; remedy ``action``, then ``follow_up``."""
 
     name: str
     feature: str
@@ -32,29 +44,68 @@ class Rule:
     inclusive: bool = False
     #: what the drain leads to once the node is idle (None: nothing more)
     follow_up: FollowUp | None = None
+    #: further (feature, threshold) pairs that must all be exceeded (``>``) too
+    requires: tuple[tuple[str, float], ...] = ()
+    #: the evidence names no GPU: the decision is for the node (no GPU), never a guessed one
+    on_node: bool = False
 
     def fires(self, col: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             return (col >= self.threshold) if self.inclusive else (col > self.threshold)
 
+    @property
+    def features(self) -> tuple[str, ...]:
+        return (self.feature, *(f for f, _ in self.requires))
+
+
+def xid_rule(cls: str, reason: str, *, on_node: bool = False) -> Rule:
+    """The rule for XID class *cls* of :mod:`collector.xid`: its fault, action and follow-up,
+    for the GPU that raised it or, *on_node*, for a node whose XID named no GPU."""
+    c = CLASS_BY_NAME[cls]
+    if not c.acts or c.fault is None:
+        raise ValueError(f"XID class {cls!r} takes no action on the node: it has no rule")
+    action, follow_up = c.node_action if on_node else (c.action, c.follow_up)
+    feature = f"node_xid_{cls}_count_short" if on_node else f"xid_{cls}_count_short"
+    where = " (XID names no GPU: the node)" if on_node else ""
+    return Rule(f"{'node_' if on_node else ''}xid_{cls}", feature, 0, c.fault, action,
+                reason + where + " ({value:.0f} in the short window)", follow_up=follow_up, on_node=on_node)
+
 
 _F, _A = FaultClass, Action
-#: Default rules, in priority order. XID classes come from the catalogue (models.xid).
+#: at least this long not ACTIVE, after having been ACTIVE, before a port drains its node (a flap recovers sooner)
+PORT_DOWN_SUSTAINED_S = 120.0
+#: Default rules, in priority order.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule("xid_off_bus", "xid_off_bus_count_short", 0, _F.GPU_OFF_BUS, _A.DRAIN,
-         "XID 79: GPU has fallen off the bus ({value:.0f} in the short window)"),
-    Rule("row_remap_failure", "row_remap_failure", 0, _F.HBM_ECC, _A.DRAIN,
-         "HBM row remap failure: no spare rows left"),
+    xid_rule("off_bus", "XID 79: GPU has fallen off the bus"),
+    xid_rule("off_bus", "XID 79: a GPU has fallen off the bus", on_node=True),
+    xid_rule("hbm_fatal", "XID 64/95/140: remap failure or uncontained ECC error"),
+    xid_rule("hbm_fatal", "XID 64/95/140: remap failure or uncontained ECC error", on_node=True),
+    xid_rule("gpu_reset", "GPU firmware / GSP XID (catalogue RESET_GPU)"),
+    xid_rule("gpu_reset", "GPU firmware / GSP XID (catalogue RESET_GPU)", on_node=True),
+    Rule("row_remap_failure", "row_remap_failure", 0, _F.HBM_ECC, _A.RESET,
+         "HBM row remap failure: no spare rows left (as XID 64: reset, then RMA)"),
+    Rule("remap_pending_xid", "xid_remap_event_count_short", 0, _F.HBM_ECC, _A.DRAIN,
+         "HBM row remap pending: XID 63 with XID 94 on this GPU; reset when idle",
+         follow_up=FollowUp.RESET_WHEN_IDLE, requires=(("xid_contained_ecc_count_short", 0),)),
+    Rule("remap_pending_contained", "row_remap_pending", 0, _F.HBM_ECC, _A.DRAIN,
+         "HBM row remap pending after a contained ECC error (XID 94); reset when idle",
+         follow_up=FollowUp.RESET_WHEN_IDLE, requires=(("xid_contained_ecc_count_short", 0),)),
+    Rule("remap_pending_dbe", "row_remap_pending", 0, _F.HBM_ECC, _A.DRAIN,
+         "HBM row remap pending after a new uncorrectable ECC error; reset when idle",
+         follow_up=FollowUp.RESET_WHEN_IDLE, requires=(("ecc_dbe_per_h_short", 0),)),
+    Rule("remap_pending_xid_dbe", "row_remap_pending", 0, _F.HBM_ECC, _A.DRAIN,
+         "HBM row remap pending after XID 48; reset when idle",
+         follow_up=FollowUp.RESET_WHEN_IDLE, requires=(("xid_dbe_count_short", 0),)),
+    xid_rule("dbe", "XID 48: double-bit ECC error"),
+    xid_rule("dbe", "XID 48: double-bit ECC error", on_node=True),
     Rule("ecc_dbe", "ecc_dbe_per_h_short", 0, _F.HBM_ECC, _A.RESET,
          "uncorrectable (double-bit) ECC errors: {value:.0f}/h"),
-    Rule("xid_hbm", "xid_hbm_count_short", 0, _F.HBM_ECC, _A.RESET,
-         "HBM ECC XIDs (48/63/64/94/95): {value:.0f} in the short window"),
-    Rule("xid_nvlink", "xid_nvlink_count_short", 0, _F.NVLINK, _A.DRAIN,
-         "XID 74: NVLink error ({value:.0f} in the short window)"),
+    xid_rule("nvlink", "XID 74 / 144-150: NVLink error"),
+    xid_rule("nvlink", "XID 74 / 144-150: NVLink error", on_node=True),
     Rule("ib_link_down", "net_link_downed_per_min_short", 0, _F.IB_LINK, _A.DRAIN,
          "InfiniBand link went down ({value:.2f}/min)"),
-    Rule("ib_port_not_active", "net_ports_not_active_frac_short", 0, _F.IB_LINK, _A.DRAIN,
-         "InfiniBand port not ACTIVE ({value:.0%} of port samples)"),
+    Rule("ib_port_not_active", "net_port_down_after_active_s", PORT_DOWN_SUSTAINED_S, _F.IB_LINK, _A.DRAIN,
+         "InfiniBand port not ACTIVE for {value:.0f} s after being ACTIVE", inclusive=True),
     Rule("hw_thermal", "throttle_hw_thermal_frac_short", 0.5, _F.THERMAL, _A.DRAIN,
          "hardware thermal slowdown {value:.0%} of the time"),
     Rule("hw_power_brake", "throttle_hw_power_brake_frac_short", 0.5, _F.POWER, _A.DRAIN,
@@ -71,11 +122,12 @@ class RulesDetector(Detector):
 
     def __init__(self, feature_names: Sequence[str], rules: Sequence[Rule] = DEFAULT_RULES):
         super().__init__(feature_names)
-        missing = [r.feature for r in rules if r.feature not in self.feature_names]
+        missing = [f for r in rules for f in r.features if f not in self.feature_names]
         if missing:
             raise FeatureMismatch(f"rules refer to unknown features: {missing}")
         self.rules = tuple(rules)
         self._cols = [self.feature_names.index(r.feature) for r in rules]
+        self._requires = [[(self.feature_names.index(f), t) for f, t in r.requires] for r in rules]
         self.fitted = True  # rules need no training
 
     def _fit(self, x: np.ndarray, y: np.ndarray | None, *, sample_weight: np.ndarray | None, **kw: Any) -> None:
@@ -85,7 +137,11 @@ class RulesDetector(Detector):
         n = len(x)
         rule = np.full(n, -1, np.int16)
         for k in range(len(self.rules) - 1, -1, -1):  # last assignment wins: iterate lowest priority first
-            rule[self.rules[k].fires(x[:, self._cols[k]])] = k
+            hit = self.rules[k].fires(x[:, self._cols[k]])
+            for col, t in self._requires[k]:
+                with np.errstate(invalid="ignore"):
+                    hit &= x[:, col] > t
+            rule[hit] = k
         fault = np.zeros(n, np.int8)
         hit = rule >= 0
         if hit.any():
@@ -104,12 +160,17 @@ class RulesDetector(Detector):
     def follow_up(self, rule_index: int) -> FollowUp | None:
         return self.rules[rule_index].follow_up
 
+    def on_node(self, rule_index: int) -> bool:
+        """Whether rule *rule_index* acts on the node as a whole (its evidence names no GPU)."""
+        return self.rules[rule_index].on_node
+
     def get_state(self) -> dict[str, Any]:
         return {"rules": [asdict(r) | {"fault": r.fault.value, "action": r.action.value,
                                      "follow_up": r.follow_up.value if r.follow_up else None} for r in self.rules]}
 
     def set_state(self, state: dict[str, Any]) -> None:
         rules = [Rule(**(r | {"fault": FaultClass(r["fault"]), "action": Action(r["action"]),
-                              "follow_up": FollowUp(r["follow_up"]) if r.get("follow_up") else None}))
+                              "follow_up": FollowUp(r["follow_up"]) if r.get("follow_up") else None,
+                              "requires": tuple((f, float(t)) for f, t in r.get("requires", ()))}))
                  for r in state["rules"]]
         self.__init__(self.feature_names, rules)  # type: ignore[misc]

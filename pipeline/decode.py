@@ -6,7 +6,9 @@ into numpy once per poll — no DataFrame per message, no dict per sample. Each 
 is type-checked as a whole (``set(map(type, col))``); only a message that fails that
 check is looked at row by row, with :func:`collector.schema.validate_record` giving the
 reason, so one bad sample costs only itself. Events (:func:`collector.wire.decode_event`)
-are validated the same way; ``kind == "xid"`` events become :class:`XidRows`.
+are validated the same way; ``kind == "xid"`` events become :class:`XidRows`, an event with
+no ``gpu`` getting its GPU from its ``pci_bus_id`` where GPU samples have named that bus id
+(:class:`pipeline.registry.PciGpuMap`).
 
 Nothing here produces to the bus: rejects come back as :class:`Rejected` for the
 worker to dead-letter.
@@ -93,11 +95,12 @@ class MessageDecoder:
         self.event_topics = frozenset(event_topics)
 
     def decode(self, messages: Iterable[BusMessage]) -> Decoded:
-        gpu = _Columns(("ts", "gpu") + GPU_VALUE_COLUMNS)
+        gpu = _Columns(("ts", "gpu", "pci_bus_id") + GPU_VALUE_COLUMNS)
         net = _Columns(("ts", "device", "port", "link_state") + NET_STATE_COUNTERS)
         gpu_nodes: list[int] = []
         net_nodes: list[int] = []
         xids: list[tuple[float, int, int, int]] = []
+        xid_bus: list[Any] = []  # each XID event's pci_bus_id, to resolve a missing gpu
         out = Decoded(GpuRows.empty(), NetRows.empty(), XidRows.empty())
         for m in messages:
             tp = (m.topic, m.partition)
@@ -140,6 +143,7 @@ class MessageDecoder:
                     g = ev.get("gpu")
                     g = g if g is not None and 0 <= g < self.max_gpus else -1
                     xids.append((float(ev["ts"]), self.keys.nodes.id_of(ev["node"]), int(g), int(ev["code"])))
+                    xid_bus.append(ev.get("pci_bus_id"))
                     newest = float(ev["ts"])
             else:
                 reject(f"unexpected topic {m.topic!r}", m.value)
@@ -147,6 +151,9 @@ class MessageDecoder:
         if gpu.n:
             slots = self.keys.gpus.slots_of(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64))
             out.gpu = GpuRows(np.array(gpu.lists["ts"], np.float64), slots, gpu.floats(GPU_VALUE_COLUMNS))
+            bus = np.array(gpu.lists["pci_bus_id"], object)
+            if any(b is not None for b in bus):
+                self.keys.pci.learn(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64), bus)
         if net.n:
             ports = self.keys.ports.slots_of(np.array(net_nodes, np.int32), np.array(net.lists["device"], object),
                                              np.array(net.lists["port"], np.int64))
@@ -155,7 +162,12 @@ class MessageDecoder:
                               net.floats(NET_STATE_COUNTERS))
         if xids:
             ts, nd, g, c = zip(*xids)
-            out.xids = XidRows(np.array(ts), np.array(nd, np.int32), np.array(g, np.int16), np.array(c, np.int32))
+            nodes, gpus = np.array(nd, np.int32), np.array(g, np.int16)
+            unknown = gpus < 0
+            if unknown.any():  # the kernel line named only its PCI bus id: this poll's samples may know it
+                found = self.keys.pci.resolve(nodes[unknown], np.array(xid_bus, object)[unknown])
+                gpus[unknown] = np.where(found < self.max_gpus, found, -1)
+            out.xids = XidRows(np.array(ts), nodes, gpus, np.array(c, np.int32))
         return out
 
     def _columns_ok(self, cols: dict[str, list[Any]], rtype: RecordType) -> bool:
@@ -172,6 +184,8 @@ class MessageDecoder:
             dev = cols.get("device")
             if dev is None or not set(map(type, dev)) <= {str} or not set(map(type, cols.get("link_state", ()))) <= {str, type(None)}:
                 return False
+        if rtype is RecordType.GPU and not set(map(type, cols.get("pci_bus_id", ()))) <= {str, type(None)}:
+            return False
         names = GPU_VALUE_COLUMNS if rtype is RecordType.GPU else NET_STATE_COUNTERS
         return all(set(map(type, cols[n])) <= _NUM for n in names if n in cols)
 

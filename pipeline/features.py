@@ -94,7 +94,9 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     for bit, mask in THROTTLE_BITS:
         f += [(f"throttle_{bit}_frac_{w}", "0-1", f"fraction of samples with throttle bit {mask:#x} ({bit}), {w} window") for w in _W]
     for cls, _ in XID_CLASSES:
-        f += [(f"xid_{cls}_count_{w}", "count", f"XID events of class {cls} on this GPU or unresolved on its node, {w} window") for w in _W]
+        f += [(f"xid_{cls}_count_{w}", "count", f"XID events of class {cls} (collector.xid) on this GPU, {w} window") for w in _W]
+    f += [(f"node_xid_{cls}_count_short", "count", f"XID events of class {cls} on this GPU's node that name no GPU "
+           "(PCI bus id not resolved), short window") for cls, _ in XID_CLASSES]
     f += [("sample_age_s", "s", "tick end - time of the GPU's last sample (grows when a GPU goes silent)"),
           ("samples_short", "count", "samples received in the short window"),
           ("node_gpus_scored", "count", "GPUs of this node scored in this tick")]
@@ -105,7 +107,9 @@ def _build() -> tuple[tuple[str, str, str], ...]:
         note = " (congestion, not a fault on its own)" if c == "port_xmit_wait" else ""
         f += [(f"net_{c}_per_min_{w}", "1/min", f"{c} per minute summed over the node's ports, {w} window{note}") for w in _W]
     f += [("net_ports_not_active_frac_short", "0-1", "fraction of the node's port samples not ACTIVE, short window"),
-          ("net_ports", "count", "ports of the node reporting in the long window")]
+          ("net_ports", "count", "ports of the node reporting in the long window"),
+          ("net_port_down_after_active_s", "s", "longest time, over the node's ports ACTIVE earlier in the long "
+           "window, that a port has stayed not ACTIVE since (first to latest not-ACTIVE sample); 0 when none")]
     # ---- second set: the same meaning on every fleet
     f += [(f"{stem}_excess_long", "ln ratio", f"{meaning}: ln((events + 1) / (own baseline x exposure + 1)) over "
            "the long window; 0 = what this GPU usually does") for stem, _, meaning in _BASELINE_STEMS]
@@ -146,6 +150,7 @@ _RATE_IN = [np.flatnonzero([w in wins for *_, wins in _RATES]) for w in _W]
 _RATE_COLS = [np.array([FEATURE_INDEX[f"{_RATES[i][0]}_{w}"] for i in sel], np.intp) for w, sel in zip(_W, _RATE_IN)]
 _THR_COLS = _cols([[f"throttle_{bit}_frac_{w}" for bit, _ in THROTTLE_BITS] for w in _W])
 _XID_COLS = _cols([[f"xid_{cls}_count_{w}" for cls, _ in XID_CLASSES] for w in _W])
+_NODE_XID_COLS = np.array([FEATURE_INDEX[f"node_xid_{cls}_count_short"] for cls, _ in XID_CLASSES], np.intp)
 #: last-value features: first and second column, "either" flag (ecc_dbe_total)
 _LAST_FIRST = np.array([GPU_COL[c[0]] for _, c, _, _ in _LAST])
 _LAST_SECOND = np.array([GPU_COL[c[-1]] for _, c, _, _ in _LAST])
@@ -244,8 +249,8 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     f[_THR_COLS] = _div(s[:, _THR_BITS], s[:, _THR_KNOWN, None])
 
     nodes = gpus.slot_node[slots]
-    nx = np.stack(node_xids.windows(len(gpus.nodes), tick_end, n_short)).transpose(0, 2, 1)  # (window, class, node)
-    f[_XID_COLS] = s[:, _XID] + nx[:, :, nodes]
+    f[_XID_COLS] = s[:, _XID]
+    f[_NODE_XID_COLS] = node_xids.windows(len(gpus.nodes), tick_end, n_short)[0].T[:, nodes]  # (class, GPU)
 
     last = gpu.last_vals[:, slots]
     f[_LAST_COLS] = _either_or_sum(last[_LAST_FIRST], last[_LAST_SECOND], _LAST_PAIR[:, None], _LAST_EITHER[:, None])
@@ -290,6 +295,7 @@ _K = len(NET_STATE_COUNTERS)
 _NET_RATE_COLS = _cols([[f"net_{c}_per_min_{w}" for c in NET_STATE_COUNTERS] for w in _W])
 _NET_WIDTH = 4 * _K + 3
 _NET_LAST_COLS = np.array([FEATURE_INDEX["net_ports_not_active_frac_short"], FEATURE_INDEX["net_ports"]], np.intp)
+_NET_DOWN_COL = FEATURE_INDEX["net_port_down_after_active_s"]
 
 
 def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, nodes: np.ndarray, n_nodes: int,
@@ -305,6 +311,7 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
         f[_NET_LAST_COLS] = np.nan
         f[_NET_MAX_COLS.ravel()] = np.nan
         f[_NET_EXCESS_COLS] = np.nan
+        f[_NET_DOWN_COL] = np.nan
         return
     order = reg.canonical_order()  # fixed summation order: features do not depend on arrival order
     pnode = reg.port_node[order]
@@ -329,6 +336,10 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     f[_NET_RATE_COLS.ravel()] = totals.T[:, nodes]
     known, down, n_live = per_node[:, 4 * _K], per_node[:, 4 * _K + 1], per_node[:, 4 * _K + 2]
     f[_NET_LAST_COLS] = np.stack((_div(down, known), n_live))[:, nodes]
+    down_s = np.full(n_nodes, np.nan)
+    down_s[np.unique(pnode)] = 0.0
+    np.maximum.at(down_s, pnode, ports.down_after_active_s(reg.n, tick_end, ports.ring.n_buckets * ports.bucket_s)[order])
+    f[_NET_DOWN_COL] = down_s[nodes]
 
     # worst single port per node: rates and excess over each port's own baseline
     base.ensure(reg.n)

@@ -5,7 +5,8 @@ aside with a reason), so this is a column-by-column ``to_numpy``: no per-row Pyt
 Name columns read as categoricals are looked up once per category (node and device names,
 link states); the registries number new GPUs and ports once per distinct key. Optional columns a
 recording lacks read as NaN; GPU indices outside ``[0, max_gpus_per_node)`` are returned
-as a count of rejected rows. :data:`RECORDING_COLUMNS` is what replay needs to read.
+as a count of rejected rows. GPU samples' ``pci_bus_id`` teaches :class:`pipeline.registry.PciGpuMap`
+which GPU each bus id is, so an XID event that names only its bus id is given its GPU. :data:`RECORDING_COLUMNS` is what replay needs to read.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pipeline.registry import Keys
 #: The columns the conversions below use, per recording table: pass as
 #: ``Recording.iter_windows(columns=RECORDING_COLUMNS)`` so no other column is decoded.
 RECORDING_COLUMNS: dict[str, tuple[str, ...]] = {
-    "gpu": ("ts", "node", "gpu", *GPU_VALUE_COLUMNS),
+    "gpu": ("ts", "node", "gpu", "pci_bus_id", *GPU_VALUE_COLUMNS),
     "net": ("ts", "node", "device", "port", "link_state", *NET_STATE_COUNTERS),
 }
 
@@ -69,6 +70,8 @@ def gpu_rows_from_frame(df: pd.DataFrame, keys: Keys, max_gpus: int) -> tuple[Gp
     vals = frame_block(df, GPU_VALUE_COLUMNS)
     ts = _ts(df["ts"])
     n_bad = int((~ok).sum())
+    if "pci_bus_id" in df.columns and df["pci_bus_id"].notna().any():
+        keys.pci.learn(nodes[ok], gpu[ok], _strings(df["pci_bus_id"])[ok])
     if n_bad:
         nodes, gpu, vals, ts = nodes[ok], gpu[ok], vals[:, ok], ts[ok]
     return GpuRows(ts, keys.gpus.slots_of(nodes, gpu), vals), n_bad
@@ -95,5 +98,9 @@ def xid_rows_from_frame(df: pd.DataFrame | None, keys: Keys, max_gpus: int) -> X
     df = df[keep]
     gpu = nullable_ints(df["gpu"], -1, np.int64) if "gpu" in df.columns else np.full(len(df), -1)
     gpu = np.where((gpu >= 0) & (gpu < max_gpus), gpu, -1).astype(np.int16)
-    return XidRows(df["ts"].to_numpy(np.float64), keys.nodes.ids_of(df["node"].to_numpy(object)),
-                   gpu, code[keep].astype(np.int32))
+    nodes = keys.nodes.ids_of(df["node"].to_numpy(object))
+    unknown = gpu < 0
+    if unknown.any() and "pci_bus_id" in df.columns:  # the kernel line named only its PCI bus id
+        found = keys.pci.resolve(nodes[unknown], df["pci_bus_id"].to_numpy(object)[unknown])
+        gpu[unknown] = np.where(found < max_gpus, found, -1)
+    return XidRows(df["ts"].to_numpy(np.float64), nodes, gpu, code[keep].astype(np.int32))

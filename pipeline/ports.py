@@ -3,8 +3,11 @@
 Ports work like GPUs (:mod:`pipeline.state`): a :class:`~pipeline.ring.Ring` per port
 slot of Σincrement and Σdt for each counter of :data:`pipeline.columns.NET_STATE_COUNTERS`
 (reset-safe), plus counts of samples, samples with a known link state and samples not
-``ACTIVE``. XID events that name no GPU (the kernel line could not be resolved to a
-device) are counted per node here and shown to every GPU of that node.
+``ACTIVE``. Per port it also keeps, in telemetry time, when the link was last seen
+``ACTIVE`` and since when it has been seen not ``ACTIVE`` after that (:meth:`PortWindowState.down_after_active_s`):
+a port that never came up (unused) or came back up (a flap) is told apart from one
+that went down and stayed down. XID events that name no GPU (the kernel line could not
+be resolved to a device) are counted per node here, as the node's own features.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ class PortWindowState:
         self.ring = Ring(n_buckets, capacity, N_PORT_STATS)
         self.last_ts = np.full(capacity, np.nan)
         self.last_vals = np.full((_K, capacity), np.nan)
+        self.last_active_ts = np.full(capacity, np.nan)  # latest sample with the link ACTIVE
+        self.down_since_ts = np.full(capacity, np.nan)   # first not-ACTIVE sample after it (NaN: up)
         self.duplicates = 0
 
     @property
     def nbytes(self) -> int:
-        return self.ring.nbytes + self.last_ts.nbytes + self.last_vals.nbytes
+        return (self.ring.nbytes + self.last_ts.nbytes + self.last_vals.nbytes + self.last_active_ts.nbytes
+                + self.down_since_ts.nbytes)
 
     def ensure(self, capacity: int) -> None:
         if capacity <= len(self.last_ts):
@@ -46,6 +52,10 @@ class PortWindowState:
         last_vals = np.full((_K, cap), np.nan)
         last_vals[:, : self.last_vals.shape[1]] = self.last_vals
         self.last_ts, self.last_vals = last_ts, last_vals
+        for name in ("last_active_ts", "down_since_ts"):
+            a = np.full(cap, np.nan)
+            a[: len(getattr(self, name))] = getattr(self, name)
+            setattr(self, name, a)
 
     def update(self, rows: NetRows) -> None:
         """Fold one tick's port samples (any order) into the state."""
@@ -90,15 +100,31 @@ class PortWindowState:
         sums[:, PORT_STATS["state_known"]] = np.add.reduceat((active >= 0).astype(np.float64), starts)[:, None]
         sums[:, PORT_STATS["not_active"]] = np.add.reduceat((active == 0).astype(np.float64), starts)[:, None]
         last = last_rows(first)
+        up_at, down_at = _link_transitions(ts, active, np.flatnonzero(first))
         return Folded(ByTick(tick[starts], (port[starts], b[starts], sums), (0, 0, 0)),
-                      ByTick(tick[last], (port[last], ts[last], vals[:, last]), (0, 0, 1)))
+                      ByTick(tick[last], (port[last], ts[last], vals[:, last], up_at, down_at), (0, 0, 1, 0, 0)))
 
     def apply(self, folded: Folded, k: int) -> None:
         """Add tick *k* of :meth:`fold`'s result to the state (ticks in order)."""
         self.ring.add_cells(*folded.cells.of(k))
-        lp, ts, vals = folded.lasts.of(k)
+        lp, ts, vals, up_at, down_at = folded.lasts.of(k)
         self.last_ts[lp] = ts
         self.last_vals[:, lp] = vals
+        up = np.isfinite(up_at)  # seen ACTIVE in this tick: down only if a not-ACTIVE sample followed
+        self.last_active_ts[lp[up]] = up_at[up]
+        self.down_since_ts[lp[up]] = down_at[up]
+        still = ~up & np.isfinite(down_at)  # only not ACTIVE in this tick: down since the first, unless already
+        held = self.down_since_ts[lp[still]]
+        self.down_since_ts[lp[still]] = np.where(np.isnan(held), down_at[still], held)
+
+    def down_after_active_s(self, n: int, tick_end: float, long_window_s: float) -> np.ndarray:
+        """Per port slot ``< n``: seconds from its first not-ACTIVE sample to its latest sample,
+        for ports seen ACTIVE within *long_window_s* before *tick_end* and not ACTIVE since;
+        0 for every other port (up, never ACTIVE, or ACTIVE too long ago)."""
+        self.ensure(n)
+        active_lately = self.last_active_ts[:n] >= tick_end - long_window_s
+        down = np.where(active_lately, self.last_ts[:n] - self.down_since_ts[:n], np.nan)
+        return np.nan_to_num(np.maximum(down, 0.0), nan=0.0)
 
     def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
         """Short- and long-window sums for port slots ``< n`` at *tick_end*."""
@@ -106,8 +132,20 @@ class PortWindowState:
         return self.ring.window(n, int(round(tick_end / self.bucket_s)), n_short)[1:]
 
 
+def _link_transitions(ts: np.ndarray, active: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per (tick, port) group of rows (sorted by ts; *starts*: first rows): the ts of the last
+    ACTIVE sample (NaN if none), and of the first not-ACTIVE sample after it — or of the
+    first not-ACTIVE sample when none was ACTIVE (NaN if none). Unknown states count as neither."""
+    idx = np.arange(len(ts))
+    last_up = np.maximum.reduceat(np.where(active == 1, idx, -1), starts)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(ts))))
+    first_down = np.minimum.reduceat(np.where((active == 0) & (idx > last_up[group]), idx, len(ts)), starts)
+    ts_pad = np.append(ts, np.nan)
+    return ts_pad[np.where(last_up >= 0, last_up, len(ts))], ts_pad[first_down]
+
+
 class NodeXidState:
-    """XID counts per node and class for events not resolved to a GPU."""
+    """XID counts per node and class for events not resolved to a GPU (the node's own evidence)."""
 
     def __init__(self, n_buckets: int, bucket_s: float, capacity: int = 256) -> None:
         self.bucket_s = float(bucket_s)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from collector.sources.base import normalize_pci_bus_id
+
 
 class NodeRegistry:
     """Node name → dense node id (0, 1, 2, … in order of first appearance)."""
@@ -175,13 +177,62 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def _pci_keys(bus_ids: np.ndarray | pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, -1 where missing; normalised id per code, ``None`` where malformed): each
+    distinct bus id is normalised once (``0000:4e:00``, see :func:`normalize_pci_bus_id`)."""
+    codes, uniques = pd.factorize(bus_ids, use_na_sentinel=True)
+    table = np.empty(len(uniques), dtype=object)
+    for j, u in enumerate(uniques):
+        try:
+            table[j] = normalize_pci_bus_id(str(u)) if str(u).count(":") in (1, 2) else None
+        except ValueError:
+            table[j] = None
+    return codes, table
+
+
+class PciGpuMap:
+    """(node id, PCI bus id) → GPU index, learnt from GPU samples that carry ``pci_bus_id``.
+
+    Some fleets' kernel-log XIDs name only the PCI bus id; NVML writes it as
+    ``00000000:4E:00.0`` and the kernel as ``0000:4e:00``. Both are keyed by their
+    normalised form (domain width, case and function dropped), so an XID event without a
+    GPU index finds its GPU once that node's samples have told us the mapping.
+    """
+
+    def __init__(self) -> None:
+        self._gpu: dict[tuple[int, str], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._gpu)
+
+    def learn(self, nodes: np.ndarray, gpus: np.ndarray, bus_ids: np.ndarray | pd.Categorical) -> None:
+        """Record the bus id of each (node, gpu) row (distinct triples only; the latest wins)."""
+        codes, table = _pci_keys(bus_ids)
+        ok = codes >= 0
+        if not ok.any():
+            return
+        n_ids, n_gpus = len(table), int(gpus.max()) + 1
+        triple = pd.unique((nodes[ok].astype(np.int64) * n_gpus + gpus[ok]) * n_ids + codes[ok])
+        node_gpu, code = np.divmod(triple, n_ids)
+        for (n, g), k in zip(zip(*np.divmod(node_gpu, n_gpus)), table[code]):
+            if k is not None:
+                self._gpu[(int(n), k)] = int(g)
+
+    def resolve(self, nodes: np.ndarray, bus_ids: np.ndarray | pd.Categorical) -> np.ndarray:
+        """GPU index per row (int16), -1 where the bus id is missing or not (yet) known."""
+        codes, table = _pci_keys(bus_ids)
+        return np.fromiter((-1 if c < 0 or table[c] is None else self._gpu.get((int(n), table[c]), -1)
+                            for n, c in zip(nodes, codes)), np.int16, len(codes))
+
+
 class Keys:
-    """The three registries of one pipeline, shared by decoding and window state."""
+    """The registries of one pipeline (nodes, GPUs, ports, PCI bus ids), shared by decoding and window state."""
 
     def __init__(self, expected_nodes: int = 256, expected_gpus: int = 1024, expected_ports: int = 1024) -> None:
         self.nodes = NodeRegistry()
         self.gpus = GpuRegistry(self.nodes, expected_nodes=expected_nodes, expected_gpus=expected_gpus)
         self.ports = PortRegistry(self.nodes, expected_ports=expected_ports)
+        self.pci = PciGpuMap()
         self._names: np.ndarray = np.zeros(0, dtype=object)
 
     def node_names(self) -> np.ndarray:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from collector import xid
 from collector.schema import (
-    APP_XIDS,
     GPU_COUNTERS,
     THROTTLE_HW_POWER_BRAKE,
     THROTTLE_HW_SLOWDOWN,
@@ -41,17 +41,13 @@ THROTTLE_BITS: tuple[tuple[str, int], ...] = (
     ("sw_thermal", THROTTLE_SW_THERMAL), ("hw_thermal", THROTTLE_HW_THERMAL),
     ("hw_power_brake", THROTTLE_HW_POWER_BRAKE))
 
-#: XID classes counted in windows. Hardware classes follow spec/telemetry.md §4.
-XID_CLASSES: tuple[tuple[str, frozenset[int]], ...] = (
-    ("app", frozenset(APP_XIDS)),
-    ("hbm", frozenset({48, 63, 64, 92, 94, 95})),
-    ("off_bus", frozenset({79})),
-    ("nvlink", frozenset({74})),
-    ("other", frozenset()),  # every other code (GSP 119/120, 61/62 firmware, 109, …)
-)
+#: XID classes counted in windows: :data:`collector.xid.XID_CLASSES` in order, each with its
+#: catalogue codes; the last (``other``) also takes every code outside the catalogue.
+XID_CLASSES: tuple[tuple[str, frozenset[int]], ...] = tuple((c.name, xid.codes_by_class()[c.name])
+                                                            for c in xid.XID_CLASSES)
 _XID_TABLE = np.full(1024, len(XID_CLASSES) - 1, np.int8)
-for _k, (_name, _codes) in enumerate(XID_CLASSES[:-1]):
-    _XID_TABLE[list(_codes)] = _k
+for _k, (_name, _codes) in enumerate(XID_CLASSES):
+    _XID_TABLE[sorted(_codes)] = _k
 
 
 def xid_class(codes: np.ndarray) -> np.ndarray:

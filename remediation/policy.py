@@ -124,8 +124,9 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         return replace(ns, healthy_since=since), []
     if rule >= 0:                                       # 2. hard evidence: act now
         action = s.rule_action[i]
+        gpu = int(s.rule_gpu[i]) if s.rule_gpu[i] >= 0 else None  # -1: the rule acts on the whole node
         return NodeState(held_since=now, last_alert=ns.last_alert, predicted_action_at=ns.predicted_action_at), [
-            Decision(now, name, int(s.rule_gpu[i]), action, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule",
+            Decision(now, name, gpu, action, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule",
                      Grade.CERTAIN, s.rule_follow_up[i])]
     fault = s.fault_class(i)
     warm = seen_s >= cfg.model_warmup_s

@@ -116,6 +116,8 @@ class Renderer:
         self.net_schema = arrow_schema(RecordType.NET)
         self.node_dict = pa.array(plan.node_names, pa.string())
         self.uuid_dict = pa.array(plan.gpu_uuids, pa.string())
+        self.pci_dict = pa.array([f"00000000:{_pci_bus(g):02X}:00.0" for g in range(plan.cfg.gpus_per_node)],
+                                 pa.string())  # NVML's form of the bus id the XID lines name
         resets = [(t, n, False) for t, n in plan.reboots]
         resets += [(i.repair, i.node, i.variant == "remap_failure") for i in plan.incidents
                    if i.fault is not FaultClass.APP_ERROR and i.repair < cfg.n_ticks]
@@ -221,8 +223,7 @@ class Renderer:
     def _event_dict(self, tick: int, col: int, code: int, msg: str) -> dict[str, Any]:
         plan, cfg = self.plan, self.plan.cfg
         node, gpu = divmod(col, cfg.gpus_per_node)
-        bus = 0x18 + 0x20 * gpu
-        pci = f"0000:{bus:02x}:00"
+        pci = f"0000:{_pci_bus(gpu):02x}:00"  # the kernel's form; GPU samples carry NVML's
         ts = round(cfg.start_ts + tick * cfg.interval_s + 0.25, 3)
         line = f"NVRM: Xid (PCI:{pci}): {code}, pid=4242, name=python3, {msg}"
         return {"ts": ts, "node": plan.node_names[node], "gpu": gpu, "source": "kmsg", "kind": "xid",
@@ -237,6 +238,7 @@ class Renderer:
             "node": _dict_col(np.broadcast_to(nog, (n, G)).ravel(), self.node_dict),
             "gpu": pa.array(np.broadcast_to(np.arange(G) % cfg.gpus_per_node, (n, G)).ravel().astype(np.int16)),
             "gpu_uuid": _dict_col(np.broadcast_to(np.arange(G), (n, G)).ravel(), self.uuid_dict),
+            "pci_bus_id": _dict_col(np.broadcast_to(np.arange(G) % cfg.gpus_per_node, (n, G)).ravel(), self.pci_dict),
         }
         any_missing = missing.any()
         flat_missing = missing.ravel() if any_missing else None
@@ -292,6 +294,11 @@ class Renderer:
         }
         arrays.update(cols)
         return pa.Table.from_pydict(arrays, schema=self.net_schema)
+
+
+def _pci_bus(gpu: int) -> int:
+    """PCI bus number of GPU *gpu* of a simulated node (one GPU every 0x20 buses, as on HGX boards)."""
+    return 0x18 + 0x20 * gpu
 
 
 def _dict_col(codes: np.ndarray, dictionary: pa.Array) -> pa.Array:

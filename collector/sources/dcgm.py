@@ -67,7 +67,7 @@ DCGM_FIELDS: dict[str, str] = {
     "DCGM_FI_DEV_XID_ERRORS": "xid_last",
 }
 
-_GPU_VALUE_COLUMNS = tuple(c.name for c in GPU_COLUMNS if c.name not in ("ts", "node", "gpu", "gpu_uuid"))
+_GPU_VALUE_COLUMNS = tuple(c.name for c in GPU_COLUMNS if c.name not in ("ts", "node", "gpu", "gpu_uuid", "pci_bus_id"))
 _DTYPE = {c.name: c.dtype for c in GPU_COLUMNS}
 _GPU_LABEL_RE = re.compile(r"[0-9]{1,5}")
 _SAMPLE_RE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
@@ -104,7 +104,8 @@ def scrape_to_rows(text: str, node: str, now: float) -> list[Record]:
         gpu = int(gpu_label)
         row = rows.get(gpu)
         if row is None:
-            row = rows[gpu] = {"ts": now, "node": node, "gpu": gpu, "gpu_uuid": labels.get("UUID") or None}
+            row = rows[gpu] = {"ts": now, "node": node, "gpu": gpu, "gpu_uuid": labels.get("UUID") or None,
+                                  "pci_bus_id": labels.get("pci_bus_id") or None}
             row.update(dict.fromkeys(_GPU_VALUE_COLUMNS))
         instance = bool(labels.get("GPU_I_ID"))
         key = (gpu, col)

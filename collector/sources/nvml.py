@@ -125,6 +125,8 @@ class NvmlSource:
         m = self._nvml
         r = self._read
         row: dict[str, Any] = {"ts": now, "node": self.node, "gpu": i, "gpu_uuid": self._uuids[i]}
+        bus = r(i, "pci_bus_id", lambda: m.nvmlDeviceGetPciInfo(h).busId)
+        row["pci_bus_id"] = bus.decode() if isinstance(bus, bytes) else bus if isinstance(bus, str) else None
 
         util = r(i, "util", lambda: m.nvmlDeviceGetUtilizationRates(h))
         row["util_gpu"] = _num(util and util.gpu)

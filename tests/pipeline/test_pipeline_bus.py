@@ -118,3 +118,24 @@ def test_the_in_process_bus_partitions_by_key_the_same_way_every_run() -> None:
 def test_an_unknown_bus_name_fails_at_start_up_listing_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="valid: inprocess, kafka"):
         make_bus(PipelineSettings(bus="rabbit"))
+
+
+def test_live_xids_naming_only_a_pci_bus_id_find_their_gpu_as_in_replay() -> None:
+    fleet = Fleet(nodes=3, gpus=4, ports=2, samples=40, interval_s=10.0)
+    g = gpu_frame(fleet)
+    g["pci_bus_id"] = [f"00000000:{0x18 + 0x20 * int(i):02X}:00.0" for i in g["gpu"]]
+    e = events_frame(fleet, [(235, 1, None, 79), (236, 2, None, 48)])
+    e["pci_bus_id"] = ["0000:58:00", "0000:ff:00"]  # GPU 2 of node 1; a bus id no GPU has
+    bus = InProcessBus(partitions=2)
+    msgs = telemetry_messages(g, None, fleet.interval_s)
+    for node, raw in msgs:
+        bus.produce(TOPIC_TELEMETRY, node, raw)
+    for node, raw in event_messages(e):
+        bus.produce(TOPIC_EVENTS, node, raw)
+    _, got = consume_all(bus, len(msgs) + len(e))
+    want = replay(g, None, e)
+    assert_same(got, want)
+    f = pd.concat([b.to_frame() for b in want]).groupby(["node", "gpu"]).sum()
+    assert f.loc[("gpu-node-001", 2), "xid_off_bus_count_short"] == 1
+    assert f["xid_off_bus_count_short"].sum() == 1
+    assert f.loc["gpu-node-002", "node_xid_dbe_count_short"].min() == 1

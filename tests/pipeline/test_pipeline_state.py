@@ -123,15 +123,17 @@ def test_one_slow_gpu_among_eight_stands_out_against_its_peers() -> None:
     assert by_node.node[np.argmax(col)] == "gpu-node-002" and col.max() == deficit.max()
 
 
-def test_xids_are_counted_by_class_and_unresolved_ones_reach_every_gpu_of_the_node() -> None:
+def test_xids_are_counted_by_catalogue_class_and_unresolved_ones_count_for_the_node_only() -> None:
     fleet = Fleet(nodes=2, gpus=4, samples=12, interval_s=10.0)
     e = events_frame(fleet, [(5, 0, 1, 13), (6, 0, 1, 43), (7, 0, 2, 79), (8, 1, None, 48)])
     f = run(gpu_frame(fleet), events=e)[T0 + 60].set_index(["node", "gpu"])
-    assert f.loc[("gpu-node-000", 1), "xid_app_count_short"] == 2
+    assert f.loc[("gpu-node-000", 1), "xid_app_count_short"] == 1
+    assert f.loc[("gpu-node-000", 1), "xid_informational_count_short"] == 1
     assert f.loc[("gpu-node-000", 1), "xid_off_bus_count_short"] == 0
     assert f.loc[("gpu-node-000", 2), "xid_off_bus_count_short"] == 1
-    assert (f.loc["gpu-node-001", "xid_hbm_count_short"] == 1).all()
-    assert f.loc["gpu-node-000", "xid_hbm_count_short"].sum() == 0
+    assert (f.loc["gpu-node-001", "xid_dbe_count_short"] == 0).all()
+    assert (f.loc["gpu-node-001", "node_xid_dbe_count_short"] == 1).all()
+    assert f.loc["gpu-node-000", "node_xid_dbe_count_short"].sum() == 0
 
 
 def test_a_gpu_that_goes_silent_is_still_scored_with_a_growing_sample_age() -> None:
