@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 from collector.recording import open_recording
 from models.base import CLASSES
 from models.bundle import ModelBundle
+from models.explain import baselines_for, describe, most_deviant
 from models.node_scores import NodeScores, aggregate, score_batches
 from pipeline.batch import FeatureBatch
 from pipeline.frames import RECORDING_COLUMNS
@@ -74,6 +75,9 @@ class Replayer:
         self.pipeline_settings = pipeline or PipelineSettings()
         self.score_rows = score_rows
         self.clock = StageClock()
+        #: where explanations take each feature's reference from (the part's own, else the healthy fleet's)
+        self.baselines = baselines_for(bundle.feature_names,
+                                       bundle.classifier.healthy_q if bundle.classifier is not None else None)
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
@@ -128,6 +132,7 @@ class Replayer:
 
     def _explainer(self, batch: FeatureBatch, ns: NodeScores) -> Callable[[int, str], str]:
         bundle = self.bundle
+        baselines = self.baselines
 
         def explain(i: int, source: str) -> str:
             if source == "rule":
@@ -137,7 +142,11 @@ class Replayer:
                 why = bundle.classifier.explain(batch.x[ns.row[i]], fault)
                 return f"{CLASSES[fault]} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}" + (f": {why}" if why else "")
             if source == "anomaly":
-                return f"GPU {int(batch.gpu[ns.anomaly_row[i]])} stranger than {ns.anomaly[i]:.3%} of healthy GPUs"
+                row = batch.x[ns.anomaly_row[i]]
+                why = f"GPU {int(batch.gpu[ns.anomaly_row[i]])} stranger than {ns.anomaly[i]:.3%} of healthy GPUs"
+                a = bundle.anomaly
+                f = None if a is None or a.center is None else most_deviant(a.center, a.scale, a.cols, row)
+                return why if f is None else f"{why}: most off {describe(bundle.feature_names, f, row, baselines)}"
             return ""
 
         return explain
