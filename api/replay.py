@@ -181,6 +181,8 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     if m:
         for who in ("model", "rules_baseline"):
             x = m[who]
-            out[who] = {k: x[k] for k in ("recall", "predictive_recall", "median_lead_s",
-                                          "false_actions_per_1k_node_days", "caught", "node_fault_incidents")}
+            out[who] = {k: x.get(k) for k in ("recall", "predictive_recall", "median_lead_s",
+                                              "false_actions_per_1k_node_days", "alerts_per_1k_node_days",
+                                              "caught", "node_fault_incidents", "actions_by_grade",
+                                              "actions_by_follow_up")}
     return out
