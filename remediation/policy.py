@@ -163,10 +163,15 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
     above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
     high_since = (ns.high_since if ns.high_since is not None else now) if high else None
+    window = cfg.corroborate_window_s                # second signals older than this are forgotten
     anomaly_at = now if anomaly >= cfg.corroborate_anomaly else ns.anomaly_at
+    if anomaly_at is not None and now - anomaly_at > window:
+        anomaly_at = None
     rule_at, rule_fault = ns.rule_signal_at, ns.rule_signal_fault
     if s.rule[i] >= 0 and not rule_acts:
         rule_at, rule_fault = now, s.rule_fault_class(i)
+    elif rule_at is not None and now - rule_at > window:
+        rule_at, rule_fault = None, None
     if (above_since, high_since, anomaly_at, rule_at, rule_fault) == (
             ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault):
         return ns
@@ -178,8 +183,9 @@ def _corroboration(ns: NodeState, fault: FaultClass, anomaly: float, now: float,
     """Why a prediction of *fault* is corroborated now, or None when it stands alone."""
     if ns.high_since is not None and now - ns.high_since >= cfg.corroborate_sustain_s:
         return f"p >= {cfg.corroborate_threshold:.2f} for {(now - ns.high_since) / 60:.0f} min"
-    if ns.rule_signal_at is not None and ns.rule_signal_fault is fault and now - ns.rule_signal_at <= cfg.corroborate_window_s:
-        return f"a lower-severity {fault.value} rule fired {(now - ns.rule_signal_at) / 60:.0f} min ago"
+    rule_at = ns.rule_signal_at
+    if rule_at is not None and ns.rule_signal_fault is fault and now - rule_at <= cfg.corroborate_window_s:
+        return f"a lower-severity {fault.value} rule fired {(now - rule_at) / 60:.0f} min ago"
     if ns.anomaly_at is not None and now - ns.anomaly_at <= cfg.corroborate_window_s:
         return ("the anomaly detector agrees" + (f" ({anomaly:.4%})" if anomaly >= cfg.corroborate_anomaly else
                 f" ({(now - ns.anomaly_at) / 60:.0f} min ago)"))

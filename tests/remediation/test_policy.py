@@ -53,7 +53,8 @@ def test_a_prediction_acts_only_after_it_was_sustained_for_act_sustain_s():
     d1, st = decide(scores(p=(0.9,)), st, 60.0, CFG, explain)
     d2, st = decide(scores(p=(0.9,)), st, 120.0, CFG, explain)
     assert [(x.action, x.grade) for x in d1] == [(Action.ALERT, Grade.ADVISORY)]
-    assert [(x.action, x.fault, x.ts, x.grade) for x in d2] == [(Action.DRAIN, FaultClass.NVLINK, 120.0, Grade.PREDICTED)]
+    assert [(x.action, x.fault, x.ts, x.grade) for x in d2] == [
+        (Action.DRAIN, FaultClass.NVLINK, 120.0, Grade.PREDICTED)]
 
 
 def test_predictions_only_alert_until_the_node_has_been_seen_for_the_warmup():
