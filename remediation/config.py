@@ -95,10 +95,11 @@ class PolicyConfig(BaseModel):
         "comes back within this many seconds, no new alert is sent. 30 min: a signal that flickers around "
         "its threshold is one story for the person reading it, not a page per flicker.")
     node_alerts_per_h: int = Field(
-        2, ge=1,
+        1, ge=1,
         description="At most this many alerts per node in any hour (distinct episodes beyond it wait, and are "
-        "sent while still true once the hour allows). 2: a node rarely has more than two stories at once; "
-        "more is usually one fault seen by several parts.")
+        "sent while still true once the hour allows). 1, as before episodes: several stories on one node at "
+        "once are usually one fault seen by several parts (node-level features deviate on every GPU), and "
+        "the person reading the first looks at the whole node. An action on the node starts its count afresh.")
     fleet_alerts_per_h: int = Field(
         60, ge=0,
         description="At most this many alerts fleet-wide in any hour (0: no cap); the rest wait like a node's. "

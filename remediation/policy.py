@@ -26,12 +26,14 @@ Every decision carries its :class:`~collector.schema.Grade`:
 4. otherwise a probability above ``alert_threshold``, a strong anomaly (on a node past
    ``model_warmup_s``: the anomaly detector reads the same window features) or a rule
    whose action is only an alert tells a person (ADVISORY), changing nothing on the
-   cluster. Alerts are merged into episodes per (node, GPU, signal): one alert opens
-   an episode, which stays open while the condition is true or comes back within
+   cluster. Alerts are merged into episodes per (node, GPU, signal) — a prediction's
+   per (node, fault class), as its probability is the node's worst GPU's, and an anomaly
+   on a node whose prediction was told joins that story: one alert opens an episode,
+   which stays open while the condition is true or comes back within
    ``alert_episode_gap_s``; at most ``node_alerts_per_h`` per node and
    ``fleet_alerts_per_h`` fleet-wide are sent in any hour, and an episode held back
    by a cap is sent later, while still true, once the hour allows. An action on the
-   node closes its episodes: what comes after it is a new story.
+   node closes its episodes and clears its hourly count: what comes after it is a new story.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class AlertEpisode:
     """One open alert story: a signal on one part of a node (``part``: GPU index, None: the node)."""
 
     part: int | None
-    signal: str            # "p_fail:<fault>", "anomaly" or "rule:<rule index>"
+    signal: str            # "p_fail:<fault>" (per node: part None), "anomaly" or "rule:<rule index>"
     last_true: float       # telemetry time the condition was last seen true
     announced: bool        # False: held back by a rate limit, sent once allowed
 
@@ -227,7 +229,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     if rule_acts:                                       # 2. hard evidence: act now
         rf = s.rule_fault_class(i)
         return replace(ns, held_since=now, held_grade=Grade.CERTAIN, held_fault=rf, healthy_since=None,
-                       above_since=None, high_since=None, episodes=()), [
+                       above_since=None, high_since=None, episodes=(), alert_times=()), [
             Decision(now, name, int(s.rule_gpu[i]), rule_action, rf, 1.0, explain(i, "rule"), "rule",
                      Grade.CERTAIN, s.rule_follow_up[i])]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
@@ -242,7 +244,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
             reason = explain(i, "model") + (f"; corroborated: {why}" if why else "")
             held = now if action in (Action.DRAIN, Action.RESET) else None
             return replace(ns, held_since=held, held_grade=grade if held is not None else None, held_fault=fault,
-                           healthy_since=None, predicted_action_at=now, episodes=()), [
+                           healthy_since=None, predicted_action_at=now, episodes=(), alert_times=()), [
                 Decision(now, name, int(s.gpu[i]), action, fault, p, reason, "model", grade, follow_up)]
     return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, cfg, explain, fleet)
 
@@ -250,27 +252,34 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
 def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, fault: FaultClass | None,
             rule: int, now: float, seen_s: float, warm: bool, retried: bool, cfg: PolicyConfig, explain: Explain,
             fleet: list[float]) -> tuple[NodeState, list[Decision]]:
-    """4. tell a person: one alert per episode of (part, signal), within the node and fleet caps."""
-    true: list[tuple[int | None, str, str]] = []       # (part, signal, source) true this tick
+    """4. tell a person: one alert per episode of (part, signal), within the node and fleet caps.
+
+    The model's probability is the node's (its worst GPU, which may change from tick to tick),
+    so a prediction's episode is per node and fault class; an anomaly's is per GPU, and an
+    anomaly on a node whose prediction is already told is merged into that story.
+    """
+    true: list[tuple[int | None, str, str, int | None]] = []   # (part, signal, source, GPU) true this tick
     if rule >= 0 and s.rule_action[i] is Action.ALERT:
-        true.append((int(s.rule_gpu[i]), f"rule:{rule}", "rule"))
+        true.append((int(s.rule_gpu[i]), f"rule:{rule}", "rule", int(s.rule_gpu[i])))
     if p >= cfg.alert_threshold:
-        true.append((int(s.gpu[i]), f"p_fail:{fault.value if fault else 'unknown'}", "model"))
+        true.append((None, f"p_fail:{fault.value if fault else 'unknown'}", "model", int(s.gpu[i])))
     if anomaly >= cfg.anomaly_alert and warm:           # young windows make any GPU look strange
-        gpu = s.anomaly_gpu[i] if s.anomaly_gpu is not None else None
-        true.append((None if gpu is None else int(gpu), "anomaly", "anomaly"))
-    gap = cfg.alert_episode_gap_s
+        gpu = None if s.anomaly_gpu is None else int(s.anomaly_gpu[i])
+        true.append((gpu, "anomaly", "anomaly", gpu))
     if not true:
         return ns, []
+    gap = cfg.alert_episode_gap_s
     episodes = {(e.part, e.signal): e for e in ns.episodes if now - e.last_true <= gap}
     sent = [t for t in ns.alert_times if now - t < RATE_WINDOW_S]
     out: list[Decision] = []
-    for part, signal, source in true:
+    for part, signal, source, gpu in true:
         ep = episodes.get((part, signal))
         announced = ep is not None and ep.announced
+        if source == "anomaly" and any(e.announced and e.signal.startswith("p_fail:") for e in episodes.values()):
+            announced = True                            # the node's prediction already tells this story
         if not announced and len(sent) < cfg.node_alerts_per_h and (
                 cfg.fleet_alerts_per_h == 0 or len(fleet) < cfg.fleet_alerts_per_h):
-            out.append(_alert(i, name, part, source, s, p, anomaly, fault, now, seen_s, warm, retried, cfg, explain))
+            out.append(_alert(i, name, gpu, source, s, p, anomaly, fault, now, seen_s, warm, retried, cfg, explain))
             sent.append(now)
             fleet.append(now)
             announced = True

@@ -296,10 +296,19 @@ def test_a_five_hour_anomaly_is_one_alert_and_a_new_one_comes_after_the_episode_
     assert [(x.ts, x.gpu, x.source) for x in out] == [(0.0, 3, "anomaly"), (60.0 * 361, 3, "anomaly")]
 
 
-def test_episodes_are_per_part_and_signal():
+def test_anomaly_episodes_are_per_gpu():
     cfg = CFG.model_copy(update={"node_alerts_per_h": 3})
-    out, _ = run([{"anomaly": (0.99999,), "anomaly_gpu": (g,), "p": (0.4,)} for g in (1, 1, 2, 2, 1)], cfg)
-    assert [(x.ts, x.gpu, x.source) for x in out] == [(0.0, 0, "model"), (0.0, 1, "anomaly"), (120.0, 2, "anomaly")]
+    out, _ = run([{"anomaly": (0.99999,), "anomaly_gpu": (g,)} for g in (1, 1, 2, 2, 1)], cfg)
+    assert [(x.ts, x.gpu, x.source) for x in out] == [(0.0, 1, "anomaly"), (120.0, 2, "anomaly")]
+
+
+def test_a_prediction_is_one_episode_per_node_and_fault_and_an_anomaly_beside_it_joins_its_story():
+    cfg = CFG.model_copy(update={"node_alerts_per_h": 3, "act_threshold": 0.95, "corroborate_threshold": 0.95})
+    timeline = [{"p": (0.5,), "fault": ("ib_link",), "anomaly": (0.99999,), "anomaly_gpu": (g,)} for g in (1, 4, 6)]
+    timeline += [{"p": (0.5,), "fault": ("thermal",)}]
+    out, _ = run(timeline, cfg)
+    assert [(x.ts, x.source, x.fault) for x in out] == [(0.0, "model", FaultClass.IB_LINK),
+                                                        (180.0, "model", FaultClass.THERMAL)]
 
 
 def test_the_node_rate_limit_holds_under_a_burst_and_sends_the_rest_later_while_still_true():
