@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 from collector.recording import open_recording
 from models.base import CLASSES
 from models.bundle import ModelBundle
-from models.explain import baselines_for, describe, most_deviant
+from models.explain import baselines_for, describe, most_deviant, outside_healthy
 from models.node_scores import NodeScores, aggregate, score_batches
 from pipeline.batch import FeatureBatch
 from pipeline.frames import RECORDING_COLUMNS
@@ -139,11 +139,15 @@ class Replayer:
                 return bundle.rules.reason(int(ns.rule[i]), batch.x[ns.rule_row[i]])
             if source == "model" and bundle.classifier is not None:
                 fault = int(ns.fault[i])
-                why = bundle.classifier.explain(batch.x[ns.row[i]], fault)
-                return f"{CLASSES[fault]} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}" + (f": {why}" if why else "")
+                c = bundle.classifier
+                why = outside_healthy(bundle.feature_names, c.explain_features.get(fault, []), c.healthy_q,
+                                      batch.x[ns.row[i]], baselines)
+                risk = f"{CLASSES[fault]} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}"
+                return f"{risk}: {why}" if why else risk
             if source == "anomaly":
                 row = batch.x[ns.anomaly_row[i]]
-                why = f"GPU {int(batch.gpu[ns.anomaly_row[i]])} stranger than {ns.anomaly[i]:.3%} of healthy GPUs"
+                gpu = int(batch.gpu[ns.anomaly_row[i]])
+                why = f"anomaly on GPU {gpu} (stranger than {ns.anomaly[i]:.3%} of healthy GPUs)"
                 a = bundle.anomaly
                 f = None if a is None or a.center is None else most_deviant(a.center, a.scale, a.cols, row)
                 return why if f is None else f"{why}: most off {describe(bundle.feature_names, f, row, baselines)}"

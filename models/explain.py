@@ -77,6 +77,25 @@ def describe(feature_names: Sequence[str], feature: int, row: np.ndarray, baseli
     return f"{text} (no baseline known)"
 
 
+def outside_healthy(feature_names: Sequence[str], features: Sequence[int], healthy_q: np.ndarray | None,
+                    row: np.ndarray, baselines: Sequence[Baseline], k: int = 3) -> str:
+    """The first *k* of *features* outside the healthy fleet's p1-p99 range on *row*, each
+    described against the first baseline that knows it (the same selection as
+    :meth:`models.classifier.FailureClassifier.explain`, with the part's own baseline shown
+    when the features carry one)."""
+    if healthy_q is None:
+        return ""
+    lo, mid, hi = healthy_q
+    parts = []
+    for i in features:
+        v = float(row[i])
+        if np.isfinite(v) and ((v > hi[i] and v > mid[i]) or (v < lo[i] and v < mid[i])):
+            parts.append(describe(feature_names, i, row, baselines))
+            if len(parts) == k:
+                break
+    return ", ".join(parts)
+
+
 def most_deviant(center: np.ndarray, scale: np.ndarray, cols: np.ndarray, row: np.ndarray) -> int | None:
     """The feature (index into *row*) furthest from the healthy centre in robust units, on the
     anomaly detector's log-scaled view (``center``/``scale`` per column of ``cols``); None if none."""

@@ -40,3 +40,19 @@ def test_the_most_deviant_feature_is_the_furthest_from_the_healthy_centre_in_rob
     row = np.array([3.0, 60.0, 0, 0, 1700.0])            # log1p(3)/0.5 = 2.8 ; |log(61/56)|/0.05 = 1.7
     assert most_deviant(center, scale, cols, row) == 0
     assert most_deviant(center, scale, np.array([], int), row) is None
+
+
+def test_prediction_explanations_equal_the_classifiers_own_when_no_part_baseline_exists():
+    from models.bundle import ModelBundle, default_model_path
+    from models.explain import outside_healthy
+
+    c = ModelBundle.load(default_model_path()).classifier
+    names = c.feature_names
+    lo, mid, hi = c.healthy_q
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        row = np.where(rng.random(len(names)) < 0.5, hi + 1 + np.abs(hi), lo - 1 - np.abs(lo)).astype(np.float32)
+        row[rng.random(len(names)) < 0.2] = np.nan
+        for fault in c.explain_features:
+            assert outside_healthy(names, c.explain_features[fault], c.healthy_q, row,
+                                   baselines_for(names, c.healthy_q)) == c.explain(row, fault)
