@@ -159,8 +159,11 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
 
 
 def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault: FaultClass | None,
-           rule_acts: bool, now: float, cfg: PolicyConfig) -> NodeState:
-    """The evidence timers after this tick: sustained probabilities and second signals."""
+           rule_acts: bool, warm: bool, now: float, cfg: PolicyConfig) -> NodeState:
+    """The evidence timers after this tick: sustained probabilities and second signals, all
+    counted from the end of the node's warm-up (young windows are not evidence)."""
+    if not warm:
+        return ns
     above = fault is not None and p >= cfg.threshold_for(fault)
     above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
@@ -208,7 +211,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     rule_acts = rule_action in _ACTING
     fault = s.fault_class(i)
     warm = seen_s >= cfg.model_warmup_s
-    ns = _track(ns, s, i, p, anomaly if warm else 0.0, fault, rule_acts, now, cfg)
+    ns = _track(ns, s, i, p, anomaly, fault, rule_acts, warm, now, cfg)
     if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
         if (ns.held_grade is Grade.PREDICTED and fault is not None and fault is ns.held_fault
                 and p >= cfg.threshold_for(fault)):

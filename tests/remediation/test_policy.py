@@ -78,8 +78,10 @@ def test_predictions_only_alert_until_the_node_has_been_seen_for_the_warmup():
     for t in (300.0, 360.0, 420.0, 480.0, 540.0):                              # still warming up: no action
         d, st = decide(two((0.95, 0.95)), st, t, cfg, explain)
         assert d == []
-    d, st = decide(two((0.95, 0.95)), st, 600.0, cfg, explain)                # warm from 600 s on
-    assert [(x.node, x.action, x.source) for x in d] == [("n0", Action.DRAIN, "model")]
+    d, st = decide(two((0.95, 0.95)), st, 600.0, cfg, explain)                # warm from 600 s on ...
+    assert d == []
+    d, st = decide(two((0.95, 0.95)), st, 660.0, cfg, explain)                # ... and sustained from there
+    assert [(x.node, x.action, x.source, x.ts) for x in d] == [("n0", Action.DRAIN, "model", 660.0)]
     assert st.first_seen == {"n0": 0.0, "n1": 0.0}
 
 
@@ -151,6 +153,8 @@ def test_decide_does_not_change_the_state_it_was_given():
 @pytest.mark.parametrize("text, message", [
     ("act_threshold: 2\n", "act_threshold"),
     ("alert_threshold: 0.9\nact_threshold: 0.5\n", "alert_threshold must not exceed act_threshold"),
+    ("corroborate_threshold: 0.6\n", "corroborate_threshold must not be below act_threshold"),
+    ("follow_ups: {hbm_ecc: reboot_twice}\n", "follow_ups"),
     ("actions: {nvlink: explode}\n", "actions"),
     ("no_such_knob: 1\n", "no_such_knob"),
     ("- a list\n", "must be a mapping"),
@@ -246,6 +250,9 @@ def test_an_hbm_prediction_corroborated_drains_and_resets_when_idle_by_default()
     out, _ = run([{"p": (0.8,), "fault": ("hbm_ecc",), "anomaly": (0.9995,)}] * 2)
     assert [(x.action, x.grade, x.follow_up) for x in out if x.action is not Action.ALERT] == [
         (Action.DRAIN, Grade.CORROBORATED, FollowUp.RESET_WHEN_IDLE)]
+    out, _ = run([{"p": (0.8,), "fault": ("hbm_ecc",), "anomaly": (0.9995,)}] * 2,
+                 CFG.model_copy(update={"follow_ups": {}}))                 # a site that resets by hand
+    assert [(x.action, x.follow_up) for x in out if x.action is not Action.ALERT] == [(Action.DRAIN, None)]
 
 
 def test_a_lower_severity_rule_of_the_same_fault_corroborates_and_one_of_another_fault_does_not():
