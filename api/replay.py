@@ -76,8 +76,9 @@ class Replayer:
         self.score_rows = score_rows
         self.clock = StageClock()
         #: where explanations take each feature's reference from (the part's own, else the healthy fleet's)
-        self.baselines = baselines_for(bundle.feature_names,
-                                       bundle.classifier.healthy_q if bundle.classifier is not None else None)
+        c, a = bundle.classifier, bundle.anomaly
+        self.baselines = baselines_for(bundle.feature_names, c.healthy_q if c is not None else None,
+                                       a.cols if a is not None else None, a.center if a is not None else None)
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""

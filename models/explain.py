@@ -3,7 +3,8 @@
 An alert says which feature is off, by how much, and against what: the part's own
 baseline when the features carry one (a feature ``X_baseline`` beside ``X``, as the
 pipeline's per-part baselines will add), otherwise the healthy fleet's p99 (or p1)
-that the failure classifier keeps from training — and it names which one it used.
+that the failure classifier keeps from training, or the healthy median the anomaly
+detector centres on — and it names which one it used.
 
 Baselines are pluggable: a :class:`Baseline` looks one feature up for one row, and
 :func:`baselines_for` chains them, the most specific first.
@@ -62,9 +63,24 @@ class HealthyFleetBaseline:
         return (float(lo), "healthy p1") if v < mid else (float(hi), "healthy p99")
 
 
-def baselines_for(feature_names: Sequence[str], healthy_q: np.ndarray | None) -> list[Baseline]:
-    """The default chain: the part's own baseline, then the healthy fleet's."""
-    return [PartBaseline(feature_names), HealthyFleetBaseline(healthy_q)]
+class HealthyMedianBaseline:
+    """The healthy median the anomaly detector centres on (its log-scaled ``center`` per column of
+    ``cols``, mapped back), for bundles without a classifier's quantiles."""
+
+    def __init__(self, cols: np.ndarray | None, center: np.ndarray | None):
+        self.median = {} if cols is None or center is None else {
+            int(c): float(np.sign(m) * np.expm1(abs(m))) for c, m in zip(cols, center)}
+
+    def lookup(self, feature: int, row: np.ndarray) -> tuple[float, str] | None:
+        m = self.median.get(feature)
+        return None if m is None else (m, "healthy median")
+
+
+def baselines_for(feature_names: Sequence[str], healthy_q: np.ndarray | None,
+                  anomaly_cols: np.ndarray | None = None, anomaly_center: np.ndarray | None = None) -> list[Baseline]:
+    """The default chain: the part's own baseline, then the healthy fleet's p99/p1, then its median."""
+    return [PartBaseline(feature_names), HealthyFleetBaseline(healthy_q),
+            HealthyMedianBaseline(anomaly_cols, anomaly_center)]
 
 
 def describe(feature_names: Sequence[str], feature: int, row: np.ndarray, baselines: Sequence[Baseline]) -> str:

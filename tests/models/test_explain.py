@@ -28,6 +28,11 @@ def test_without_a_part_baseline_the_healthy_fleet_p99_or_p1_is_named():
     assert describe(NAMES, 4, row, chain) == "clock_mhz=900 (healthy p1 1,200)"
 
 
+def test_without_quantiles_the_anomaly_detectors_healthy_median_is_named():
+    chain = baselines_for(NAMES, None, np.array([1]), np.log1p(np.array([55.0])))
+    assert describe(NAMES, 1, np.array([0, 88.0, np.nan, 0, 0]), chain) == "temp_gpu_c=88 (healthy median 55)"
+
+
 def test_a_feature_no_baseline_knows_says_so():
     assert describe(NAMES, 4, np.zeros(5), [PartBaseline(NAMES), HealthyFleetBaseline(None)]).endswith(
         "(no baseline known)")
