@@ -28,6 +28,7 @@ from collector.recording import RecordingError, RecordingWindow, open_recording
 from collector.schema import RecordType
 from models.base import CLASSES
 from models.bundle import ModelBundle
+from models.explain import baselines_for, describe, most_deviant, outside_healthy
 from models.node_scores import NodeScores, aggregate, score_batches
 from pipeline.batch import FeatureBatch
 from pipeline.frames import RECORDING_COLUMNS
@@ -85,6 +86,10 @@ class Replayer:
         self.pipeline_settings = pipeline or PipelineSettings()
         self.score_rows = score_rows
         self.clock = StageClock()
+        #: where explanations take each feature's reference from (the part's own, else the healthy fleet's)
+        c, a = bundle.classifier, bundle.anomaly
+        self.baselines = baselines_for(bundle.feature_names, c.healthy_q if c is not None else None,
+                                       a.cols if a is not None else None, a.center if a is not None else None)
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
@@ -147,16 +152,25 @@ class Replayer:
 
     def _explainer(self, batch: FeatureBatch, ns: NodeScores) -> Callable[[int, str], str]:
         bundle = self.bundle
+        baselines = self.baselines
 
         def explain(i: int, source: str) -> str:
             if source == "rule":
                 return bundle.rules.reason(int(ns.rule[i]), batch.x[ns.rule_row[i]])
             if source == "model" and bundle.classifier is not None:
                 fault = int(ns.fault[i])
-                why = bundle.classifier.explain(batch.x[ns.row[i]], fault)
-                return f"{CLASSES[fault]} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}" + (f": {why}" if why else "")
+                c = bundle.classifier
+                why = outside_healthy(bundle.feature_names, c.explain_features.get(fault, []), c.healthy_q,
+                                      batch.x[ns.row[i]], baselines)
+                risk = f"{CLASSES[fault]} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}"
+                return f"{risk}: {why}" if why else risk
             if source == "anomaly":
-                return f"GPU {int(batch.gpu[ns.anomaly_row[i]])} stranger than {ns.anomaly[i]:.3%} of healthy GPUs"
+                row = batch.x[ns.anomaly_row[i]]
+                gpu = int(batch.gpu[ns.anomaly_row[i]])
+                why = f"anomaly on GPU {gpu} (stranger than {ns.anomaly[i]:.3%} of healthy GPUs)"
+                a = bundle.anomaly
+                f = None if a is None or a.center is None else most_deviant(a.center, a.scale, a.cols, row)
+                return why if f is None else f"{why}: most off {describe(bundle.feature_names, f, row, baselines)}"
             return ""
 
         return explain
@@ -232,6 +246,8 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     if m:
         for who in ("model", "rules_baseline"):
             x = m[who]
-            out[who] = {k: x[k] for k in ("recall", "predictive_recall", "median_lead_s",
-                                          "false_actions_per_1k_node_days", "caught", "node_fault_incidents")}
+            out[who] = {k: x.get(k) for k in ("recall", "predictive_recall", "median_lead_s",
+                                              "false_actions_per_1k_node_days", "alerts_per_1k_node_days",
+                                              "caught", "node_fault_incidents", "actions_by_grade",
+                                              "actions_by_follow_up")}
     return out

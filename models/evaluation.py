@@ -35,6 +35,11 @@ Cost model (GPU-hours; every assumption is a field of :class:`EvalSettings`):
   plus the restart: ``gpus_per_node * (checkpoint_interval_h / 2 + restart_h)``. A
   reactive catch (lead < 60 s) saves nothing: the job dies either way;
 * net = saved - idle (positive: the actions paid for themselves).
+
+Beside the catches, :func:`count_actions` counts every decision by evidence grade and
+action (``actions_by_grade``: certain, corroborated, predicted, advisory; ``unknown`` for
+reports written before grades) and by follow-up, and ``alerts_per_1k_node_days`` sets
+the alerts a person has to read beside the false actions.
 """
 
 from __future__ import annotations
@@ -127,6 +132,21 @@ def _per_1k(count: int, node_days: float) -> float | None:
     return None if not node_days > 0 else 1000.0 * count / node_days
 
 
+def count_actions(decisions: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Decisions counted by evidence grade and action, and by follow-up (JSON-ready, sorted)."""
+    by_grade: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    by_follow_up: dict[str, int] = defaultdict(int)
+    alerts = 0
+    for d in decisions:
+        action = _name(d.get("action") or Action.NONE)
+        by_grade[_name(d.get("grade") or "unknown")][action] += 1
+        if d.get("follow_up"):
+            by_follow_up[_name(d["follow_up"])] += 1
+        alerts += action == Action.ALERT.value
+    return {"actions_by_grade": {g: dict(sorted(a.items())) for g, a in sorted(by_grade.items())},
+            "actions_by_follow_up": dict(sorted(by_follow_up.items())), "alerts": alerts}
+
+
 def score_replay(decisions: Iterable[Mapping[str, Any]], incidents: Iterable[Mapping[str, Any]], *,
                  node_days: float, gpus_per_node: int,
                  settings: EvalSettings = EvalSettings()) -> dict[str, Any]:
@@ -213,9 +233,11 @@ def score_replay(decisions: Iterable[Mapping[str, Any]], incidents: Iterable[Map
     idle = idle_lead + idle_false + reset_cost
     saved = len(early_all) * gpus_per_node * (settings.checkpoint_interval_h / 2 + settings.restart_h)
 
+    counts = count_actions(decs)
     return {
         "node_days": float(node_days), "gpus_per_node": int(gpus_per_node),
         "decisions": len(decs), "disruptive_decisions": len(disruptive),
+        **counts, "alerts_per_1k_node_days": _per_1k(counts["alerts"], node_days),
         "node_fault_incidents": total.pop("incidents"),
         "app_error_incidents": len(per_incident) - len(node_rows),
         **total,
@@ -236,7 +258,7 @@ def score_replay(decisions: Iterable[Mapping[str, Any]], incidents: Iterable[Map
 #: Headline metrics of the side-by-side, each with the direction that is better.
 HEADLINE: dict[str, str] = {
     "recall": "higher", "predictive_recall": "higher", "median_lead_s": "higher",
-    "false_actions_per_1k_node_days": "lower", "actions_on_app_errors": "lower",
+    "false_actions_per_1k_node_days": "lower", "alerts_per_1k_node_days": "lower", "actions_on_app_errors": "lower",
     "idle_gpu_h": "lower", "saved_gpu_h": "higher", "net_gpu_h": "higher",
 }
 

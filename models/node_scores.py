@@ -41,6 +41,7 @@ class NodeScores:
     rule_follow_up: np.ndarray  # that rule's FollowUp (object; None where none or no rule fired)
     anomaly: np.ndarray     # max anomaly level over the node's GPUs
     anomaly_row: np.ndarray
+    anomaly_gpu: np.ndarray | None = None  # GPU index of the most anomalous GPU (None: not known)
 
     def __len__(self) -> int:
         return len(self.node)
@@ -82,7 +83,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     if n == 0:
         e, i = np.zeros(0), np.zeros(0, int)
         return NodeScores(batch.ts, np.zeros(0, object), e, i, i, i, i, i, i, i, np.zeros(0, object),
-                          np.zeros(0, object), e, i)
+                          np.zeros(0, object), e, i, i)
     node = batch.node
     starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
     group = np.cumsum(np.r_[False, node[1:] != node[:-1]])
@@ -99,4 +100,4 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     rule_gpu = np.where(on_node[rule], -1, batch.gpu[rule_row]).astype(int)  # evidence naming no GPU: the node
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
-                      actions[rule], follow_ups[rule], an[an_row], an_row)
+                      actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int))

@@ -3,8 +3,9 @@
 :func:`write_html_report` takes the replay report dict (spec/recording.md, "Replay
 report", plus ``metrics.model`` / ``metrics.rules_baseline`` / ``metrics.comparison`` from
 :mod:`models.evaluation`) and writes a page with inline CSS and plots embedded as base64
-PNG: the headline side by side, per-class recall bars, the lead-time distribution, a
-timeline of decisions against incidents, and the missed incidents and false actions.
+PNG: the headline side by side, decisions by evidence grade, per-class recall bars, the
+lead-time distribution, a timeline of decisions against incidents, and the missed
+incidents and false actions.
 matplotlib (``pip install gpuops[report]``) is imported only here, through its Agg
 canvas, so the rest of gpuops never needs it. Every string from the report is escaped.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from collector.schema import NODE_FAULTS
-from models.evaluation import HEADLINE, PREDICTIVE_LEAD_S
+from models.evaluation import HEADLINE, PREDICTIVE_LEAD_S, count_actions
 
 #: Rows shown in the missed-incident and false-action tables, and nodes on the timeline.
 TABLE_ROWS = 50
@@ -37,7 +38,8 @@ _FAULT_COLOURS = dict(zip([f.value for f in NODE_FAULTS] + ["app_error"],
 _ACTION_MARKERS = {"drain": "v", "reset": "D", "requeue": "s", "alert": "o"}
 _LABELS = {"recall": "Recall (node faults)", "predictive_recall": "Predictive recall (lead ≥ 60 s)",
            "median_lead_s": "Median lead time", "false_actions_per_1k_node_days":
-           "False actions / 1,000 node-days", "actions_on_app_errors": "Drains/resets on app errors",
+           "False actions / 1,000 node-days", "alerts_per_1k_node_days": "Alerts / 1,000 node-days",
+           "actions_on_app_errors": "Drains/resets on app errors",
            "idle_gpu_h": "GPU-hours idled by actions", "saved_gpu_h": "GPU-hours of work saved",
            "net_gpu_h": "Net GPU-hours (saved − idle)"}
 
@@ -103,6 +105,27 @@ def _headline(model: Mapping, base: Mapping) -> str:
             cls = "good" if (m > b) == (better == "higher") else "bad"
         rows.append([escape(_LABELS[key]), f'<span class="{cls}">{_fmt(key, m)}</span>', _fmt(key, b)])
     return _table(["metric", "model", "rules baseline"], rows)
+
+
+#: evidence grades, strongest first, and the actions shown per grade
+_GRADES = ("certain", "corroborated", "predicted", "advisory", "unknown")
+_GRADE_ACTIONS = ("drain", "reset", "requeue", "alert", "resume")
+
+
+def _grade_table(decisions: list[Mapping], baseline: list[Mapping]) -> str:
+    """Decisions per evidence grade and action, and per follow-up: model / rules baseline."""
+    m, b = count_actions(decisions), count_actions(baseline)
+    mg, bg = m["actions_by_grade"], b["actions_by_grade"]
+    rows = []
+    for g in _GRADES:
+        if g not in mg and g not in bg:
+            continue
+        cell = lambda a: f"{mg.get(g, {}).get(a, 0)} / {bg.get(g, {}).get(a, 0)}"  # noqa: E731
+        rows.append([escape(g)] + [cell(a) for a in _GRADE_ACTIONS])
+    for f in sorted(set(m["actions_by_follow_up"]) | set(b["actions_by_follow_up"])):
+        n = f"{m['actions_by_follow_up'].get(f, 0)} / {b['actions_by_follow_up'].get(f, 0)}"
+        rows.append([f"then {escape(f)}", n, "", "", "", ""])
+    return _table(["grade (model / rules)"] + list(_GRADE_ACTIONS), rows)
 
 
 def _class_table(model: Mapping, base: Mapping) -> str:
@@ -262,6 +285,10 @@ def write_html_report(report: Mapping[str, Any], path: str | Path) -> Path:
                   "<h2>Lead time</h2>", _lead_hist(api, model, base)]
     else:
         parts.append('<p class="muted">No ground truth (incidents.jsonl): metrics unavailable.</p>')
+    parts += ["<h2>Decisions by evidence</h2>", _grade_table(decisions, baseline),
+              '<p class="muted">Certain: a rule on hard evidence; corroborated: a prediction backed by a '
+              'sustained rise or a second signal; predicted: a prediction alone (drain only); advisory: '
+              'alerts and resumes.</p>']
     parts += ["<h2>Timeline</h2>", _timeline(api, incidents, decisions, baseline)]
     if model:
         parts += ["<h2>Missed incidents</h2>", _missed(model, base),

@@ -12,11 +12,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from collector.schema import Action, FaultClass
+from collector.schema import Action, FaultClass, FollowUp
 
-#: What to do, per fault class, when the model predicts it (rules carry their own action).
+#: The hardest action a *corroborated* prediction of each fault class may take (rules carry
+#: their own action). A prediction alone only ever drains (``policy.PREDICTION_ALONE``).
 DEFAULT_ACTIONS: dict[FaultClass, Action] = {
-    FaultClass.HBM_ECC: Action.RESET,       # a reset activates pending row remaps (RMA after remap failure)
+    FaultClass.HBM_ECC: Action.DRAIN,       # ...then a reset when idle activates pending row remaps
     FaultClass.GPU_OFF_BUS: Action.DRAIN,
     FaultClass.NVLINK: Action.DRAIN,
     FaultClass.PCIE: Action.DRAIN,
@@ -25,6 +26,11 @@ DEFAULT_ACTIONS: dict[FaultClass, Action] = {
     FaultClass.IB_LINK: Action.DRAIN,
     FaultClass.FAIL_SLOW: Action.DRAIN,     # soft: drain lets the running job finish
     FaultClass.APP_ERROR: Action.NONE,      # the job's own fault: never touch the node
+}
+
+#: What a corroborated prediction's drain leads to once the node is idle, per fault class.
+DEFAULT_FOLLOW_UPS: dict[FaultClass, FollowUp] = {
+    FaultClass.HBM_ECC: FollowUp.RESET_WHEN_IDLE,  # a reset activates pending row remaps; the job ends first
 }
 
 
@@ -44,12 +50,33 @@ class PolicyConfig(BaseModel):
         "by a margin; replay on held-out seeds shows where recall and false actions balance.")
     act_threshold_by_fault: dict[FaultClass, float] = Field(
         default_factory=dict, description="Per-fault overrides of act_threshold (0-1).")
-    act_ticks: int = Field(
-        3, ge=1, le=60,
-        description="Consecutive scoring ticks the probability must stay above the threshold. 3 ticks "
-        "(3 min at the default cadence) rejects the one- or two-minute spikes a single PCIe replay or a "
-        "job's clock change gives, and costs two minutes of lead (on tuning replays: 7 false actions -> 2 "
-        "in 512 node-days, one predictive catch fewer in 164).")
+    act_sustain_s: float = Field(
+        120.0, ge=0, le=3600,
+        description="Telemetry time, s, the probability must stay above the threshold (from the first tick "
+        "above it) before a prediction acts. 120 s (three ticks at the 60 s cadence) rejects the one- or "
+        "two-minute spikes a single PCIe replay or a job's clock change gives, and costs two minutes of lead "
+        "(on tuning replays: 7 false actions -> 2 in 512 node-days, one predictive catch fewer in 164). "
+        "Measured in time, not ticks, so a faster or slower cadence keeps the same meaning.")
+    corroborate_threshold: float = Field(
+        0.9, gt=0, le=1,
+        description="Probability (0-1) whose sustained crossing corroborates a prediction (a rising trend): "
+        "a hard action (reset, requeue, a drain with a follow-up) on a prediction needs it or a second signal. "
+        "0.9: clearly above act_threshold, so a score that merely hovers at the action level never resets.")
+    corroborate_sustain_s: float = Field(
+        600.0, ge=0,
+        description="Telemetry time, s, the probability must stay above corroborate_threshold to count as a "
+        "trend. 10 min: several minutes of long-window features agreeing, still well inside the typical "
+        "onset-to-failure time of the HBM and link faults whose remedy is a reset.")
+    corroborate_anomaly: float = Field(
+        0.999, gt=0, le=1,
+        description="Anomaly level (fraction of healthy GPUs less strange, 0-1) on the same node that counts "
+        "as a second, independent signal for a prediction. 0.999: below anomaly_alert (it only confirms, it "
+        "never pages) yet rare on healthy GPUs (1e-3 of GPU-ticks).")
+    corroborate_window_s: float = Field(
+        1800.0, ge=0,
+        description="A second signal (a lower-severity rule of the same fault class, or the anomaly detector "
+        "agreeing) corroborates predictions for this long after it was last seen, s. 30 min: the long "
+        "feature window; older evidence may belong to another episode.")
     model_warmup_s: float = Field(
         1800.0, ge=0,
         description="A prediction acts on a node only once gpuops has seen it this long, s: before the long "
@@ -62,8 +89,22 @@ class PolicyConfig(BaseModel):
         0.9999, gt=0, le=1,
         description="Anomaly level (fraction of healthy GPUs less strange, 0-1) that raises an alert. "
         "1e-4 of healthy GPU-ticks is ~1 alert per 10 k GPU-minutes: rare enough to read.")
-    alert_interval_s: float = Field(
-        3600.0, ge=0, description="At most one alert per node per this many seconds (avoid paging storms).")
+    alert_episode_gap_s: float = Field(
+        1800.0, ge=0,
+        description="An alert opens an episode for (node, GPU, signal); while the condition stays true, or "
+        "comes back within this many seconds, no new alert is sent. 30 min: a signal that flickers around "
+        "its threshold is one story for the person reading it, not a page per flicker.")
+    node_alerts_per_h: int = Field(
+        1, ge=1,
+        description="At most this many alerts per node in any hour (distinct episodes beyond it wait, and are "
+        "sent while still true once the hour allows). 1, as before episodes: several stories on one node at "
+        "once are usually one fault seen by several parts (node-level features deviate on every GPU), and "
+        "the person reading the first looks at the whole node. An action on the node starts its count afresh.")
+    fleet_alerts_per_h: int = Field(
+        60, ge=0,
+        description="At most this many alerts fleet-wide in any hour (0: no cap); the rest wait like a node's. "
+        "60, one a minute: more than on-call can read, and many nodes at once is usually the telemetry or "
+        "the facility (the breaker's job), not 60 separate faults.")
     min_hold_s: float = Field(
         3600.0, ge=0,
         description="A node drained or reset by gpuops stays out this long at least, s, before it may be "
@@ -77,8 +118,14 @@ class PolicyConfig(BaseModel):
         description="After gpuops acted on a node on a *prediction* and the node came back healthy, further "
         "predictions for it within this many seconds only alert: the prediction was wrong once (a confounder "
         "such as a steady low SBE rate), so a person decides. Rules on hard evidence still act. 24 h.")
-    actions: dict[FaultClass, Action] = Field(default_factory=lambda: dict(DEFAULT_ACTIONS),
-                                              description="Action per predicted fault class.")
+    actions: dict[FaultClass, Action] = Field(
+        default_factory=lambda: dict(DEFAULT_ACTIONS),
+        description="Hardest action per predicted fault class, taken only when the prediction is corroborated; "
+        "a prediction alone drains (the least disruptive action that protects the next job); none: never act.")
+    follow_ups: dict[FaultClass, FollowUp] = Field(
+        default_factory=lambda: dict(DEFAULT_FOLLOW_UPS),
+        description="What a corroborated prediction's drain leads to once the node is idle, per fault class "
+        "(hbm_ecc: reset when idle, to activate pending row remaps without killing the running job).")
     use_model: bool = Field(True, description="False: rules only (the reactive baseline).")
 
     @model_validator(mode="after")
@@ -90,13 +137,20 @@ class PolicyConfig(BaseModel):
         for f, a in self.actions.items():
             if a in (Action.RESUME,):
                 raise ValueError(f"'{a.value}' is not a remedy for {f.value}")
+        if self.corroborate_threshold < self.act_threshold:
+            raise ValueError("corroborate_threshold must not be below act_threshold (corroboration is stronger)")
         return self
 
     def threshold_for(self, fault: FaultClass) -> float:
         return self.act_threshold_by_fault.get(fault, self.act_threshold)
 
     def action_for(self, fault: FaultClass) -> Action:
+        """The hardest action a corroborated prediction of *fault* may take."""
         return self.actions.get(fault, DEFAULT_ACTIONS[fault])
+
+    def follow_up_for(self, fault: FaultClass) -> FollowUp | None:
+        """What a corroborated drain for *fault* leads to once the node is idle (None: nothing)."""
+        return self.follow_ups.get(fault)
 
 
 def load_policy_config(path: str | Path | None) -> PolicyConfig:

@@ -2,23 +2,42 @@
 
 A pure function — no clock, no I/O, no scheduler — so replay, the live engine and
 tests all run exactly this. Detection is the models' job; execution (limits, breaker,
-approval, adapters) is the engine's; this module only decides, per node and tick:
+approval, adapters) is the engine's; this module only decides, per node and tick, on a
+ladder where each harder step needs stronger evidence (research/robust-detection.md §8).
+Every decision carries its :class:`~collector.schema.Grade`:
 
 1. a node gpuops already drained or reset is *held*: no new action, and it is
-   resumed once it has been out ``min_hold_s`` and healthy for ``resume_after_s``;
-2. a rule that fired (fatal XID, hard threshold) acts at once with the rule's action;
+   resumed (ADVISORY) once it has been out ``min_hold_s`` and healthy for
+   ``resume_after_s``; a node held on a prediction alone is escalated once to the
+   fault's hard action when the prediction becomes corroborated (see 3);
+2. a rule with a disruptive action (fatal XID, hard threshold) acts at once with the
+   rule's action and follow-up: CERTAIN;
 3. a predicted failure acts when its calibrated probability stayed above the fault's
-   threshold for ``act_ticks`` ticks, with the action configured for the fault — once
-   per ``model_retry_window_s``: a node that came back healthy after a predicted action
-   only alerts on the next prediction (the prediction was wrong; a person decides) —
-   and only on a node seen for ``model_warmup_s`` (window features need history);
-4. otherwise a probability above ``alert_threshold`` or a strong anomaly alerts a
-   person (rate-limited per node), changing nothing on the cluster.
+   threshold for ``act_sustain_s`` of telemetry time (``now`` deltas, not ticks) — once
+   per ``model_retry_window_s``, and only on a node seen for ``model_warmup_s``:
+
+   * alone, it *drains* (running jobs finish, no new one lands): PREDICTED — never a
+     reset or a requeue;
+   * *corroborated* — p above ``corroborate_threshold`` for ``corroborate_sustain_s``
+     (a rising trend), or a second independent signal within ``corroborate_window_s``
+     (a lower-severity rule of the same fault class, or the anomaly detector at
+     ``corroborate_anomaly`` on the same node) — it takes the fault's configured hard
+     action and follow-up (``actions``, ``follow_ups``): CORROBORATED;
+4. otherwise a probability above ``alert_threshold``, a strong anomaly (on a node past
+   ``model_warmup_s``: the anomaly detector reads the same window features) or a rule
+   whose action is only an alert tells a person (ADVISORY), changing nothing on the
+   cluster. Alerts are merged into episodes per (node, GPU, signal) — a prediction's
+   per (node, fault class), as its probability is the node's worst GPU's, and an anomaly
+   on a node whose prediction was told joins that story: one alert opens an episode,
+   which stays open while the condition is true or comes back within
+   ``alert_episode_gap_s``; at most ``node_alerts_per_h`` per node and
+   ``fleet_alerts_per_h`` fleet-wide are sent in any hour, and an episode held back
+   by a cap is sent later, while still true, once the hour allows. An action on the
+   node closes its episodes and clears its hourly count: what comes after it is a new story.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -31,6 +50,13 @@ from .config import PolicyConfig
 
 #: explain(node index, source) -> human reason; source is "rule", "model" or "anomaly"
 Explain = Callable[[int, str], str]
+
+#: actions that change what the scheduler may do with a node
+_ACTING = (Action.DRAIN, Action.RESET, Action.REQUEUE)
+#: the least disruptive action that protects the next job: all a prediction alone may do
+PREDICTION_ALONE = Action.DRAIN
+#: the window of the alert rate limits, s
+RATE_WINDOW_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -56,14 +82,31 @@ class Decision:
 
 
 @dataclass(frozen=True)
-class NodeState:
-    """What the policy remembers about one node."""
+class AlertEpisode:
+    """One open alert story: a signal on one part of a node (``part``: GPU index, None: the node)."""
 
-    above_ticks: int = 0
-    held_since: float | None = None   # telemetry time gpuops drained/reset it
+    part: int | None
+    signal: str            # "p_fail:<fault>" (per node: part None), "anomaly" or "rule:<rule index>"
+    last_true: float       # telemetry time the condition was last seen true
+    announced: bool        # False: held back by a rate limit, sent once allowed
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What the policy remembers about one node (telemetry times, s)."""
+
+    above_since: float | None = None        # p first >= the fault's act threshold, in this run
+    high_since: float | None = None         # p first >= corroborate_threshold, in this run
+    anomaly_at: float | None = None         # anomaly last >= corroborate_anomaly
+    rule_signal_at: float | None = None     # a lower-severity (alert-only) rule last fired ...
+    rule_signal_fault: FaultClass | None = None  # ... naming this fault class
+    held_since: float | None = None         # gpuops drained/reset it
+    held_grade: Grade | None = None         # the grade of the decision that holds it
+    held_fault: FaultClass | None = None
     healthy_since: float | None = None
-    last_alert: float = -math.inf
     predicted_action_at: float | None = None  # last action taken on a prediction (retry cap)
+    episodes: tuple[AlertEpisode, ...] = ()
+    alert_times: tuple[float, ...] = ()       # alerts sent in the last RATE_WINDOW_S
 
 
 @dataclass(frozen=True)
@@ -73,6 +116,8 @@ class PolicyState:
     nodes: dict[str, NodeState] = field(default_factory=dict)
     #: telemetry time each node was first scored (for the model's warm-up)
     first_seen: dict[str, float] = field(default_factory=dict)
+    #: alerts sent fleet-wide in the last RATE_WINDOW_S
+    fleet_alert_times: tuple[float, ...] = ()
 
     def held(self) -> list[str]:
         return [n for n, s in self.nodes.items() if s.held_since is not None]
@@ -86,9 +131,10 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
     low = min(cfg.alert_threshold, cfg.clear_threshold if state.nodes else 1.0)
     interesting = (p >= low) | (scores.rule >= 0) | (anomaly >= cfg.anomaly_alert)
     idx = set(np.flatnonzero(interesting).tolist())
-    # a remembered node that is not interesting this tick changes only if it is held or counting
-    # ticks; one that merely alerted once stays as it is (most of the state, after a day)
-    live = [n for n, ns in state.nodes.items() if ns.held_since is not None or ns.above_ticks]
+    # a remembered node that is not interesting this tick changes only if it is held or is timing a
+    # sustained probability; one that merely alerted stays as it is (most of the state, after a day)
+    live = [n for n, ns in state.nodes.items()
+            if ns.held_since is not None or ns.above_since is not None or ns.high_since is not None]
     if live:
         pos = {str(n): i for i, n in enumerate(scores.node)}
         idx |= {pos[n] for n in live if n in pos}
@@ -97,60 +143,165 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
     new = [str(n) for n in scores.node if n not in first_seen]
     if new:
         first_seen = {**first_seen, **dict.fromkeys(new, now)}
+    fleet = [t for t in state.fleet_alert_times if now - t < RATE_WINDOW_S]
     out: list[Decision] = []
     for i in sorted(idx):
         name = str(scores.node[i])
         ns = nodes.get(name, NodeState())
         seen_s = now - first_seen[name]
-        ns, d = _decide_node(i, name, ns, scores, float(p[i]), float(anomaly[i]), now, seen_s, cfg, explain)
+        ns, d = _decide_node(i, name, ns, scores, float(p[i]), float(anomaly[i]), now, seen_s, cfg, explain, fleet)
         out.extend(d)
         if ns == NodeState():
             nodes.pop(name, None)
         else:
             nodes[name] = ns
-    return out, PolicyState(nodes, first_seen)
+    return out, PolicyState(nodes, first_seen, tuple(fleet))
+
+
+def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault: FaultClass | None,
+           rule_acts: bool, warm: bool, now: float, cfg: PolicyConfig) -> NodeState:
+    """The evidence timers after this tick: sustained probabilities and second signals, all
+    counted from the end of the node's warm-up (young windows are not evidence)."""
+    if not warm:
+        return ns
+    above = fault is not None and p >= cfg.threshold_for(fault)
+    above_since = (ns.above_since if ns.above_since is not None else now) if above else None
+    high = fault is not None and p >= cfg.corroborate_threshold
+    high_since = (ns.high_since if ns.high_since is not None else now) if high else None
+    window = cfg.corroborate_window_s                # second signals older than this are forgotten
+    anomaly_at = now if anomaly >= cfg.corroborate_anomaly else ns.anomaly_at
+    if anomaly_at is not None and now - anomaly_at > window:
+        anomaly_at = None
+    rule_at, rule_fault = ns.rule_signal_at, ns.rule_signal_fault
+    if s.rule[i] >= 0 and not rule_acts:
+        rule_at, rule_fault = now, s.rule_fault_class(i)
+    elif rule_at is not None and now - rule_at > window:
+        rule_at, rule_fault = None, None
+    if (above_since, high_since, anomaly_at, rule_at, rule_fault) == (
+            ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault):
+        return ns
+    return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
+                   rule_signal_at=rule_at, rule_signal_fault=rule_fault)
+
+
+def _corroboration(ns: NodeState, fault: FaultClass, anomaly: float, now: float, cfg: PolicyConfig) -> str | None:
+    """Why a prediction of *fault* is corroborated now, or None when it stands alone."""
+    if ns.high_since is not None and now - ns.high_since >= cfg.corroborate_sustain_s:
+        return f"p >= {cfg.corroborate_threshold:.2f} for {(now - ns.high_since) / 60:.0f} min"
+    rule_at = ns.rule_signal_at
+    if rule_at is not None and ns.rule_signal_fault is fault and now - rule_at <= cfg.corroborate_window_s:
+        return f"a lower-severity {fault.value} rule fired {(now - rule_at) / 60:.0f} min ago"
+    if ns.anomaly_at is not None and now - ns.anomaly_at <= cfg.corroborate_window_s:
+        return ("the anomaly detector agrees" + (f" ({anomaly:.4%})" if anomaly >= cfg.corroborate_anomaly else
+                f" ({(now - ns.anomaly_at) / 60:.0f} min ago)"))
+    return None
+
+
+def _hard(cfg: PolicyConfig, fault: FaultClass) -> tuple[Action, FollowUp | None]:
+    """The fault's corroborated action and follow-up; (DRAIN, None) is no harder than a prediction alone."""
+    action = cfg.action_for(fault)
+    return action, cfg.follow_up_for(fault) if action is Action.DRAIN else None
 
 
 def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, now: float,
-                 seen_s: float, cfg: PolicyConfig, explain: Explain) -> tuple[NodeState, list[Decision]]:
+                 seen_s: float, cfg: PolicyConfig, explain: Explain,
+                 fleet: list[float]) -> tuple[NodeState, list[Decision]]:
     rule = int(s.rule[i])
-    if ns.held_since is not None:                       # 1. ours already: hold, then resume
+    rule_action = s.rule_action[i] if rule >= 0 else None
+    rule_acts = rule_action in _ACTING
+    fault = s.fault_class(i)
+    warm = seen_s >= cfg.model_warmup_s
+    ns = _track(ns, s, i, p, anomaly, fault, rule_acts, warm, now, cfg)
+    if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
+        if (ns.held_grade is Grade.PREDICTED and fault is not None and fault is ns.held_fault
+                and p >= cfg.threshold_for(fault)):
+            action, follow_up = _hard(cfg, fault)
+            why = _corroboration(ns, fault, anomaly, now, cfg)
+            if why is not None and action in _ACTING and (action is not PREDICTION_ALONE or follow_up is not None):
+                return replace(ns, held_grade=Grade.CORROBORATED, healthy_since=None), [
+                    Decision(now, name, int(s.gpu[i]), action, fault, p, f"{explain(i, 'model')}; corroborated: {why}",
+                             "model", Grade.CORROBORATED, follow_up)]
         healthy = rule < 0 and p < cfg.clear_threshold
         since = (ns.healthy_since if ns.healthy_since is not None else now) if healthy else None
         if since is not None and now - ns.held_since >= cfg.min_hold_s and now - since >= cfg.resume_after_s:
             reason = f"healthy for {(now - since) / 60:.0f} min after gpuops took it out"
-            return NodeState(last_alert=ns.last_alert, predicted_action_at=ns.predicted_action_at), [
+            return NodeState(predicted_action_at=ns.predicted_action_at, episodes=ns.episodes,
+                             alert_times=ns.alert_times), [
                 Decision(now, name, None, Action.RESUME, None, p, reason, "policy")]
         return replace(ns, healthy_since=since), []
-    if rule >= 0:                                       # 2. hard evidence: act now
-        action = s.rule_action[i]
+    if rule_acts:                                       # 2. hard evidence: act now
+        rf = s.rule_fault_class(i)
         gpu = int(s.rule_gpu[i]) if s.rule_gpu[i] >= 0 else None  # -1: the rule acts on the whole node
-        return NodeState(held_since=now, last_alert=ns.last_alert, predicted_action_at=ns.predicted_action_at), [
-            Decision(now, name, gpu, action, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule",
+        return replace(ns, held_since=now, held_grade=Grade.CERTAIN, held_fault=rf, healthy_since=None,
+                       above_since=None, high_since=None, episodes=(), alert_times=()), [
+            Decision(now, name, gpu, rule_action, rf, 1.0, explain(i, "rule"), "rule",
                      Grade.CERTAIN, s.rule_follow_up[i])]
-    fault = s.fault_class(i)
-    warm = seen_s >= cfg.model_warmup_s
-    if warm and fault is not None and p >= cfg.threshold_for(fault):   # 3. predicted failure, sustained
-        ns = replace(ns, above_ticks=ns.above_ticks + 1)
-        action = cfg.action_for(fault)
-        retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
-        if ns.above_ticks >= cfg.act_ticks and action in (Action.DRAIN, Action.RESET, Action.REQUEUE) and not retried:
+    retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
+    if (warm and fault is not None and ns.above_since is not None and now - ns.above_since >= cfg.act_sustain_s
+            and not retried):                           # 3. predicted failure, sustained in telemetry time
+        action, follow_up = _hard(cfg, fault)
+        if action in _ACTING:
+            why = _corroboration(ns, fault, anomaly, now, cfg)
+            grade = Grade.CORROBORATED if why is not None else Grade.PREDICTED
+            if why is None:
+                action, follow_up = PREDICTION_ALONE, None
+            reason = explain(i, "model") + (f"; corroborated: {why}" if why else "")
             held = now if action in (Action.DRAIN, Action.RESET) else None
-            return NodeState(held_since=held, last_alert=ns.last_alert, predicted_action_at=now), [
-                Decision(now, name, int(s.gpu[i]), action, fault, p, explain(i, "model"), "model", Grade.PREDICTED)]
-    else:
-        ns = replace(ns, above_ticks=0)
-    if now - ns.last_alert < cfg.alert_interval_s:      # 4. tell a person, rate-limited
-        return ns, []
+            return replace(ns, held_since=held, held_grade=grade if held is not None else None, held_fault=fault,
+                           healthy_since=None, predicted_action_at=now, episodes=(), alert_times=()), [
+                Decision(now, name, int(s.gpu[i]), action, fault, p, reason, "model", grade, follow_up)]
+    return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, cfg, explain, fleet)
+
+
+def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, fault: FaultClass | None,
+            rule: int, now: float, seen_s: float, warm: bool, retried: bool, cfg: PolicyConfig, explain: Explain,
+            fleet: list[float]) -> tuple[NodeState, list[Decision]]:
+    """4. tell a person: one alert per episode of (part, signal), within the node and fleet caps.
+
+    The model's probability is the node's (its worst GPU, which may change from tick to tick),
+    so a prediction's episode is per node and fault class; an anomaly's is per GPU, and an
+    anomaly on a node whose prediction is already told is merged into that story.
+    """
+    true: list[tuple[int | None, str, str, int | None]] = []   # (part, signal, source, GPU) true this tick
+    if rule >= 0 and s.rule_action[i] is Action.ALERT:
+        true.append((int(s.rule_gpu[i]), f"rule:{rule}", "rule", int(s.rule_gpu[i])))
     if p >= cfg.alert_threshold:
-        why = explain(i, "model")
-        if ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s:
-            why += " (gpuops already acted on this node on a prediction that did not come true: a person decides)"
-        elif not warm:
-            why += (f" (warming up: {seen_s / 60:.0f} min of telemetry; predictions act after "
-                    f"{cfg.model_warmup_s / 60:.0f} min)")
-        return replace(ns, last_alert=now), [Decision(now, name, int(s.gpu[i]), Action.ALERT, fault, p, why, "model")]
-    if anomaly >= cfg.anomaly_alert:
-        return replace(ns, last_alert=now), [
-            Decision(now, name, None, Action.ALERT, None, anomaly, explain(i, "anomaly"), "anomaly")]
-    return ns, []
+        true.append((None, f"p_fail:{fault.value if fault else 'unknown'}", "model", int(s.gpu[i])))
+    if anomaly >= cfg.anomaly_alert and warm:           # young windows make any GPU look strange
+        gpu = None if s.anomaly_gpu is None else int(s.anomaly_gpu[i])
+        true.append((gpu, "anomaly", "anomaly", gpu))
+    if not true:
+        return ns, []
+    gap = cfg.alert_episode_gap_s
+    episodes = {(e.part, e.signal): e for e in ns.episodes if now - e.last_true <= gap}
+    sent = [t for t in ns.alert_times if now - t < RATE_WINDOW_S]
+    out: list[Decision] = []
+    for part, signal, source, gpu in true:
+        ep = episodes.get((part, signal))
+        announced = ep is not None and ep.announced
+        if source == "anomaly" and any(e.announced and e.signal.startswith("p_fail:") for e in episodes.values()):
+            announced = True                            # the node's prediction already tells this story
+        if not announced and len(sent) < cfg.node_alerts_per_h and (
+                cfg.fleet_alerts_per_h == 0 or len(fleet) < cfg.fleet_alerts_per_h):
+            out.append(_alert(i, name, gpu, source, s, p, anomaly, fault, now, seen_s, warm, retried, cfg, explain))
+            sent.append(now)
+            fleet.append(now)
+            announced = True
+        episodes[(part, signal)] = AlertEpisode(part, signal, now, announced)
+    return replace(ns, episodes=tuple(episodes.values()), alert_times=tuple(sent)), out
+
+
+def _alert(i: int, name: str, part: int | None, source: str, s: NodeScores, p: float, anomaly: float,
+           fault: FaultClass | None, now: float, seen_s: float, warm: bool, retried: bool, cfg: PolicyConfig,
+           explain: Explain) -> Decision:
+    if source == "rule":
+        return Decision(now, name, part, Action.ALERT, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule")
+    if source == "anomaly":
+        return Decision(now, name, part, Action.ALERT, None, anomaly, explain(i, "anomaly"), "anomaly")
+    why = explain(i, "model")
+    if retried:
+        why += " (gpuops already acted on this node on a prediction that did not come true: a person decides)"
+    elif not warm:
+        why += (f" (warming up: {seen_s / 60:.0f} min of telemetry; predictions act after "
+                f"{cfg.model_warmup_s / 60:.0f} min)")
+    return Decision(now, name, part, Action.ALERT, fault, p, why, "model")

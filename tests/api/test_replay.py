@@ -39,7 +39,10 @@ def test_replay_command_writes_the_spec_report_with_metrics_and_html(small_recor
     assert set(rep["decisions"][0]) >= {"ts", "node", "gpu", "action", "fault", "score", "reason"}
     for who in ("model", "rules_baseline"):
         assert {"recall", "predictive_recall", "median_lead_s", "false_actions_per_1k_node_days",
+                "alerts_per_1k_node_days", "actions_by_grade", "actions_by_follow_up",
                 "per_class", "idle_gpu_h", "saved_gpu_h"} <= set(rep["metrics"][who])
+    assert {d["grade"] for d in rep["decisions"]} <= {"certain", "corroborated", "predicted", "advisory"}
+    assert "alerts_per_1k_node_days" in res.output
     assert "<img" in (tmp_path / "r.html").read_text()
 
 
@@ -79,3 +82,8 @@ def test_the_model_catches_more_failures_early_than_the_rules(small_recording, b
     assert m["recall"] >= b["recall"]
     assert m["caught_predictively"] > b["caught_predictively"]
     assert m["actions_on_app_errors"] == 0
+    for d in rep["decisions"]:
+        if d["source"] == "model" and d["action"] in ("reset", "requeue"):
+            assert d["grade"] == "corroborated", d           # never a hard action on a prediction alone
+        if d["source"] == "anomaly":
+            assert "most off" in d["reason"] and ("healthy p" in d["reason"] or "baseline" in d["reason"]), d

@@ -186,3 +186,37 @@ def test_compare_gives_model_minus_baseline_and_the_incidents_only_one_caught():
     assert c["per_class"]["nvlink"]["recall"]["delta"] is None
     assert (c["caught_only_by_model"], c["caught_only_by_baseline"]) == (["a"], ["b"])
     json.loads(json.dumps(c, allow_nan=False))
+
+
+# ---------------------------------------------------------------- grades, follow-ups and alerts
+
+
+def test_the_report_counts_decisions_per_grade_and_follow_up():
+    decs = [dec(ONSET, action="drain") | {"grade": "predicted"},
+            dec(ONSET + 600, action="reset") | {"grade": "corroborated"},
+            dec(ONSET + 900, node="n2", action="drain") | {"grade": "corroborated", "follow_up": "reset_when_idle"},
+            dec(ONSET + 5, node="n3", action="drain") | {"grade": "certain", "follow_up": "reboot"},
+            dec(ONSET - 60, action="alert") | {"grade": "advisory"},
+            dec(FAILURE + 9000, action="resume") | {"grade": "advisory"},
+            dec(ONSET, node="n9", action="alert")]            # a report from before grades
+    m = score(decs, [inc()])
+    assert m["actions_by_grade"] == {"advisory": {"alert": 1, "resume": 1}, "certain": {"drain": 1},
+                                     "corroborated": {"drain": 1, "reset": 1}, "predicted": {"drain": 1},
+                                     "unknown": {"alert": 1}}
+    assert m["actions_by_follow_up"] == {"reboot": 1, "reset_when_idle": 1}
+    json.dumps(m)
+
+
+def test_alerts_are_counted_per_1000_node_days_beside_false_actions():
+    decs = [dec(ONSET + 60 * k, node=f"n{k}", action="alert") for k in range(5)] + [dec(ONSET - 99_999, node="n7")]
+    m = score(decs, [inc()], node_days=250.0)
+    assert m["alerts"] == 5 and m["alerts_per_1k_node_days"] == pytest.approx(20.0)
+    assert m["false_actions_per_1k_node_days"] == pytest.approx(4.0)
+    assert score([], [inc()], node_days=0.0)["alerts_per_1k_node_days"] is None
+
+
+def test_the_comparison_sets_alerts_of_the_model_beside_the_baseline_lower_is_better():
+    m = score([dec(ONSET, action="alert")] * 3, [inc()], node_days=100.0)
+    b = score([], [inc()], node_days=100.0)
+    h = compare(m, b)["headline"]["alerts_per_1k_node_days"]
+    assert h == {"model": pytest.approx(30.0), "baseline": 0.0, "delta": pytest.approx(30.0), "better": "lower"}

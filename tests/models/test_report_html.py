@@ -59,6 +59,8 @@ def test_the_report_renders_to_one_file_with_the_key_numbers_and_embedded_plots(
     assert "33.3%" in page          # baseline recall: 1 of 3 (the reset on n-a comes 30 s after)
     assert "20.8 min" in page       # model's median lead: leads 1800 s and 700 s
     assert "<td>50.0</td>" in page  # false actions per 1,000 node-days: 1 / 20 node-days
+    assert "Alerts / 1,000 node-days" in page
+    assert "<h2>Decisions by evidence</h2>" in page and "<td>unknown</td><td>2 / 1</td>" in page  # drains: model / rules
     assert "inc-3" in page          # a missed incident is listed
     assert "spurious" in page       # the false action is listed
     imgs = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="[^"<>]*">', page)

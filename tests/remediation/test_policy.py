@@ -1,12 +1,13 @@
-"""The decision policy: rules act at once, predictions act when sustained, alerts are rate-limited,
-held nodes are not acted on twice and are resumed only when healthy."""
+"""The decision policy: rules act at once, predictions drain when sustained and take hard actions only
+when corroborated, alerts are merged per episode and rate-limited, held nodes are not acted on twice
+and are resumed only when healthy."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from collector.schema import Action, FaultClass
+from collector.schema import NODE_FAULTS, Action, FaultClass, FollowUp, Grade
 from models.base import class_index
 from models.node_scores import NodeScores
 from remediation.config import PolicyConfig, PolicyConfigError, load_policy_config
@@ -14,59 +15,73 @@ from remediation.policy import PolicyState, decide
 
 
 def scores(ts=0.0, p=(0.0,), fault=("nvlink",), rule=(-1,), rule_fault=(None,), rule_action=(None,), anomaly=(0.0,),
-           rule_follow_up=None):
+           rule_follow_up=None, anomaly_gpu=None):
     n = len(p)
     idx = np.arange(n)
     return NodeScores(
         ts, np.array([f"n{i}" for i in range(n)], object), np.array(p, float),
         np.array([class_index(f) if f else 0 for f in fault], np.int8), idx, idx,
         np.array(rule, int), idx, idx, np.array([class_index(f) if f else 0 for f in rule_fault], np.int8),
-        np.array(rule_action, object), np.array(rule_follow_up or [None] * n, object), np.array(anomaly, float), idx)
+        np.array(rule_action, object), np.array(rule_follow_up or [None] * n, object), np.array(anomaly, float), idx,
+        None if anomaly_gpu is None else np.array(anomaly_gpu, int))
 
 
 def explain(i, source):
     return f"{source} says so"
 
 
-CFG = PolicyConfig(act_threshold=0.7, act_ticks=2, alert_threshold=0.3, min_hold_s=600, resume_after_s=300,
-                   clear_threshold=0.1, alert_interval_s=3600, model_warmup_s=0)
+CFG = PolicyConfig(act_threshold=0.7, act_sustain_s=60, alert_threshold=0.3, min_hold_s=600, resume_after_s=300,
+                   clear_threshold=0.1, model_warmup_s=0, corroborate_threshold=0.9, corroborate_sustain_s=600)
 
 
 def test_a_fired_rule_acts_at_once_with_the_rules_action_and_fault():
     s = scores(rule=(3,), rule_fault=("hbm_ecc",), rule_action=(Action.RESET,))
     d, st = decide(s, PolicyState(), 100.0, CFG, explain)
-    assert [(x.action, x.fault, x.source, x.node) for x in d] == [(Action.RESET, FaultClass.HBM_ECC, "rule", "n0")]
+    assert [(x.action, x.fault, x.source, x.node, x.grade) for x in d] == [
+        (Action.RESET, FaultClass.HBM_ECC, "rule", "n0", Grade.CERTAIN)]
     assert st.held() == ["n0"]
 
 
-def test_a_prediction_acts_only_after_act_ticks_consecutive_ticks():
+def test_a_fired_rule_carries_its_follow_up():
+    s = scores(rule=(0,), rule_fault=("gpu_off_bus",), rule_action=(Action.DRAIN,), rule_follow_up=[FollowUp.REBOOT])
+    d, _ = decide(s, PolicyState(), 100.0, CFG, explain)
+    assert [(x.action, x.follow_up, x.grade) for x in d] == [(Action.DRAIN, FollowUp.REBOOT, Grade.CERTAIN)]
+
+
+def test_a_prediction_acts_only_after_it_was_sustained_for_act_sustain_s():
     st = PolicyState()
     d1, st = decide(scores(p=(0.9,)), st, 60.0, CFG, explain)
     d2, st = decide(scores(p=(0.9,)), st, 120.0, CFG, explain)
-    assert [x.action for x in d1] == [Action.ALERT]
-    assert [(x.action, x.fault, x.ts) for x in d2] == [(Action.DRAIN, FaultClass.NVLINK, 120.0)]
+    assert [(x.action, x.grade) for x in d1] == [(Action.ALERT, Grade.ADVISORY)]
+    assert [(x.action, x.fault, x.ts, x.grade) for x in d2] == [
+        (Action.DRAIN, FaultClass.NVLINK, 120.0, Grade.PREDICTED)]
 
 
 def test_predictions_only_alert_until_the_node_has_been_seen_for_the_warmup():
-    cfg = CFG.model_copy(update={"model_warmup_s": 600, "alert_interval_s": 0})
+    cfg = CFG.model_copy(update={"model_warmup_s": 600})
 
     def two(p, rule=(-1, -1), rule_fault=(None, None), rule_action=(None, None)):
         return scores(p=p, fault=("nvlink", "nvlink"), rule=rule, rule_fault=rule_fault, rule_action=rule_action,
                       anomaly=(0.0, 0.0))
 
-    st = PolicyState()
+    st, out = PolicyState(), []
     d, st = decide(two((0.0, 0.0)), st, 0.0, cfg, explain)                  # n0, n1 first seen at 0
     assert d == []
     for t in (60.0, 120.0, 180.0):                                             # both look sure to fail
         d, st = decide(two((0.95, 0.95)), st, t, cfg, explain)
-        assert [x.action for x in d] == [Action.ALERT, Action.ALERT]
-        assert all("warming up" in x.reason for x in d)
+        out += d
+    assert [(x.node, x.action, x.ts) for x in out] == [("n0", Action.ALERT, 60.0), ("n1", Action.ALERT, 60.0)]
+    assert all("warming up" in x.reason for x in out)
     d, st = decide(two((0.95, 0.95), rule=(-1, 2), rule_fault=(None, "nvlink"), rule_action=(None, Action.DRAIN)),
                    st, 240.0, cfg, explain)                                    # a rule does not wait
-    assert [(x.node, x.action, x.source) for x in d] == [("n0", Action.ALERT, "model"), ("n1", Action.DRAIN, "rule")]
-    for t in (600.0, 660.0):                                                   # warm from 600 s on
+    assert [(x.node, x.action, x.source) for x in d] == [("n1", Action.DRAIN, "rule")]
+    for t in (300.0, 360.0, 420.0, 480.0, 540.0):                              # still warming up: no action
         d, st = decide(two((0.95, 0.95)), st, t, cfg, explain)
-    assert [(x.node, x.action, x.source) for x in d] == [("n0", Action.DRAIN, "model")]
+        assert d == []
+    d, st = decide(two((0.95, 0.95)), st, 600.0, cfg, explain)                # warm from 600 s on ...
+    assert d == []
+    d, st = decide(two((0.95, 0.95)), st, 660.0, cfg, explain)                # ... and sustained from there
+    assert [(x.node, x.action, x.source, x.ts) for x in d] == [("n0", Action.DRAIN, "model", 660.0)]
     assert st.first_seen == {"n0": 0.0, "n1": 0.0}
 
 
@@ -77,11 +92,11 @@ def test_a_dip_below_threshold_restarts_the_count():
         assert all(x.action is not Action.DRAIN for x in d)
 
 
-def test_hbm_prediction_resets_the_gpu_by_default_and_app_errors_never_act():
+def test_an_hbm_prediction_alone_drains_and_app_errors_never_act():
     st = PolicyState()
     for t in (60.0, 120.0):
-        d, st = decide(scores(p=(0.95,), fault=("hbm_ecc",)), st, t, CFG, explain)
-    assert d[0].action is Action.RESET
+        d, st = decide(scores(p=(0.8,), fault=("hbm_ecc",)), st, t, CFG, explain)
+    assert [(x.action, x.grade, x.follow_up) for x in d] == [(Action.DRAIN, Grade.PREDICTED, None)]
     cfg = CFG.model_copy(update={"actions": {FaultClass.NVLINK: Action.NONE}})
     st = PolicyState()
     for t in (60.0, 120.0, 180.0):
@@ -103,13 +118,13 @@ def test_a_held_node_gets_no_second_action_and_is_resumed_once_healthy():
     assert st.nodes == {}
 
 
-def test_alerts_are_rate_limited_per_node():
+def test_a_prediction_that_stays_above_the_alert_level_alerts_once():
     st = PolicyState()
     out = []
     for t in range(0, 7200, 60):
         d, st = decide(scores(p=(0.4,)), st, float(t), CFG, explain)
         out += d
-    assert [x.ts for x in out] == [0.0, 3600.0]
+    assert [(x.ts, x.action, x.grade) for x in out] == [(0.0, Action.ALERT, Grade.ADVISORY)]
 
 
 def test_a_strong_anomaly_alerts_but_never_drains():
@@ -138,6 +153,8 @@ def test_decide_does_not_change_the_state_it_was_given():
 @pytest.mark.parametrize("text, message", [
     ("act_threshold: 2\n", "act_threshold"),
     ("alert_threshold: 0.9\nact_threshold: 0.5\n", "alert_threshold must not exceed act_threshold"),
+    ("corroborate_threshold: 0.6\n", "corroborate_threshold must not be below act_threshold"),
+    ("follow_ups: {hbm_ecc: reboot_twice}\n", "follow_ups"),
     ("actions: {nvlink: explode}\n", "actions"),
     ("no_such_knob: 1\n", "no_such_knob"),
     ("- a list\n", "must be a mapping"),
@@ -164,7 +181,7 @@ def test_the_shipped_example_policy_is_valid():
 
 
 def test_a_node_that_came_back_healthy_after_a_predicted_action_only_alerts_on_the_next_prediction():
-    cfg = CFG.model_copy(update={"model_retry_window_s": 86400.0, "alert_interval_s": 0.0})
+    cfg = CFG.model_copy(update={"model_retry_window_s": 86400.0})
     st, out = PolicyState(), []
     timeline = [0.9, 0.9] + [0.01] * 20 + [0.9] * 5   # act, hold + resume, then predicted again
     for k, p in enumerate(timeline):
@@ -183,3 +200,143 @@ def test_hard_evidence_still_acts_after_a_wrong_prediction():
     d, st = decide(scores(rule=(0,), rule_fault=("gpu_off_bus",), rule_action=(Action.DRAIN,)), st, 3000.0, CFG,
                    explain)
     assert [x.action for x in d] == [Action.DRAIN]
+
+
+# ---------------------------------------------------------------- graded actions by evidence
+
+
+def run(timeline, cfg=CFG, start=0.0, step=60.0, **kw):
+    """Decide a timeline of per-tick scores() keyword dicts (or p values); all decisions, in order."""
+    st, out = PolicyState(), []
+    for k, x in enumerate(timeline):
+        d, st = decide(scores(**(x if isinstance(x, dict) else {"p": (x,), **kw})), st, start + step * k, cfg, explain)
+        out += d
+    return out, st
+
+
+@pytest.mark.parametrize("fault", [f for f in FaultClass if f is not FaultClass.APP_ERROR])
+@pytest.mark.parametrize("configured", [Action.DRAIN, Action.RESET, Action.REQUEUE])
+def test_a_prediction_alone_drains_and_never_resets_or_requeues_for_every_fault_class(fault, configured):
+    cfg = CFG.model_copy(update={"actions": {fault: configured}, "corroborate_threshold": 0.99})
+    out, st = run([0.95] * 30, cfg, fault=(fault.value,))
+    acted = [(x.action, x.grade, x.follow_up, x.fault) for x in out if x.action is not Action.ALERT]
+    assert acted == [(Action.DRAIN, Grade.PREDICTED, None, fault)]
+    assert st.held() == ["n0"]
+
+
+def test_every_node_fault_class_has_a_default_that_a_prediction_alone_turns_into_a_drain():
+    for fault in NODE_FAULTS:
+        out, _ = run([0.8] * 3, fault=(fault.value,))
+        assert [x.action for x in out if x.source == "model" and x.action is not Action.ALERT] == [Action.DRAIN]
+
+
+def test_a_reset_on_a_prediction_needs_a_sustained_rise_and_is_graded_corroborated():
+    cfg = CFG.model_copy(update={"actions": {FaultClass.HBM_ECC: Action.RESET}})
+    out, _ = run([0.8] * 3 + [0.95] * 12, cfg, fault=("hbm_ecc",))
+    acted = [(x.ts, x.action, x.grade) for x in out if x.action is not Action.ALERT]
+    # drains on the prediction at 60 s; p >= 0.9 from 180 s, for 600 s: escalates to the reset at 780 s
+    assert acted == [(60.0, Action.DRAIN, Grade.PREDICTED), (780.0, Action.RESET, Grade.CORROBORATED)]
+    assert "corroborated: p >= 0.90 for 10 min" in out[-1].reason
+
+
+def test_a_prediction_with_the_anomaly_detector_agreeing_takes_the_hard_action_at_once():
+    cfg = CFG.model_copy(update={"actions": {FaultClass.HBM_ECC: Action.RESET}})
+    out, _ = run([{"p": (0.8,), "fault": ("hbm_ecc",), "anomaly": (0.9995,)}] * 2, cfg)
+    assert [(x.action, x.grade) for x in out if x.action is not Action.ALERT] == [(Action.RESET, Grade.CORROBORATED)]
+    assert "anomaly detector agrees" in out[-1].reason
+
+
+def test_an_hbm_prediction_corroborated_drains_and_resets_when_idle_by_default():
+    out, _ = run([{"p": (0.8,), "fault": ("hbm_ecc",), "anomaly": (0.9995,)}] * 2)
+    assert [(x.action, x.grade, x.follow_up) for x in out if x.action is not Action.ALERT] == [
+        (Action.DRAIN, Grade.CORROBORATED, FollowUp.RESET_WHEN_IDLE)]
+    out, _ = run([{"p": (0.8,), "fault": ("hbm_ecc",), "anomaly": (0.9995,)}] * 2,
+                 CFG.model_copy(update={"follow_ups": {}}))                 # a site that resets by hand
+    assert [(x.action, x.follow_up) for x in out if x.action is not Action.ALERT] == [(Action.DRAIN, None)]
+
+
+def test_a_lower_severity_rule_of_the_same_fault_corroborates_and_one_of_another_fault_does_not():
+    cfg = CFG.model_copy(update={"actions": {FaultClass.HBM_ECC: Action.RESET}})
+    for rule_fault, expected in (("hbm_ecc", Grade.CORROBORATED), ("nvlink", Grade.PREDICTED)):
+        warn = {"rule": (7,), "rule_fault": (rule_fault,), "rule_action": (Action.ALERT,), "p": (0.2,),
+                "fault": ("hbm_ecc",)}
+        out, st = run([warn] + [{"p": (0.8,), "fault": ("hbm_ecc",)}] * 2, cfg)
+        assert [x.grade for x in out if x.action not in (Action.ALERT,)] == [expected]
+        assert out[0].action is Action.ALERT and out[0].source == "rule"   # the rule itself only tells a person
+
+
+def test_a_rule_whose_action_is_an_alert_tells_a_person_and_does_not_hold_the_node():
+    out, st = run([{"rule": (7,), "rule_fault": ("hbm_ecc",), "rule_action": (Action.ALERT,)}] * 30)
+    assert [(x.action, x.source, x.grade) for x in out] == [(Action.ALERT, "rule", Grade.ADVISORY)]
+    assert st.held() == []
+
+
+@pytest.mark.parametrize("step", [30.0, 60.0, 120.0])
+def test_the_sustain_is_measured_in_telemetry_time_whatever_the_tick_spacing(step):
+    cfg = CFG.model_copy(update={"act_sustain_s": 240.0})
+    n = int(600 / step)
+    out, _ = run([0.0] + [0.8] * n, cfg, start=-step, step=step)   # first above the threshold at t = 0
+    assert [x.ts for x in out if x.action is Action.DRAIN] == [240.0]
+
+
+@pytest.mark.parametrize("step", [30.0, 120.0])
+def test_the_corroboration_sustain_is_measured_in_telemetry_time_too(step):
+    cfg = CFG.model_copy(update={"actions": {FaultClass.HBM_ECC: Action.RESET}, "act_sustain_s": 0.0})
+    out, _ = run([0.95] * int(1200 / step), cfg, step=step, fault=("hbm_ecc",))
+    assert [(x.ts, x.action) for x in out] == [(0.0, Action.DRAIN), (600.0, Action.RESET)]
+
+
+def test_resumes_and_alerts_are_advisory():
+    out, _ = run([{"rule": (0,), "rule_fault": ("pcie",), "rule_action": (Action.DRAIN,)}] + [0.01] * 20 + [0.4])
+    assert [(x.action, x.grade) for x in out] == [(Action.DRAIN, Grade.CERTAIN), (Action.RESUME, Grade.ADVISORY),
+                                                  (Action.ALERT, Grade.ADVISORY)]
+
+
+# ---------------------------------------------------------------- alerts people can read
+
+
+def test_a_five_hour_anomaly_is_one_alert_and_a_new_one_comes_after_the_episode_ends_and_the_gap():
+    cfg = CFG.model_copy(update={"alert_episode_gap_s": 1800.0})
+    on, off = {"anomaly": (0.99999,), "anomaly_gpu": (3,)}, {"anomaly": (0.0,)}
+    timeline = [on] * 300 + [off] * 20 + [on] * 10 + [off] * 31 + [on] * 5   # 5 h; 20 min off; 31 min off
+    out, _ = run(timeline, cfg)
+    assert [(x.ts, x.gpu, x.source) for x in out] == [(0.0, 3, "anomaly"), (60.0 * 361, 3, "anomaly")]
+
+
+def test_anomaly_episodes_are_per_gpu():
+    cfg = CFG.model_copy(update={"node_alerts_per_h": 3})
+    out, _ = run([{"anomaly": (0.99999,), "anomaly_gpu": (g,)} for g in (1, 1, 2, 2, 1)], cfg)
+    assert [(x.ts, x.gpu, x.source) for x in out] == [(0.0, 1, "anomaly"), (120.0, 2, "anomaly")]
+
+
+def test_a_prediction_is_one_episode_per_node_and_fault_and_an_anomaly_beside_it_joins_its_story():
+    cfg = CFG.model_copy(update={"node_alerts_per_h": 3, "act_threshold": 0.95, "corroborate_threshold": 0.95})
+    timeline = [{"p": (0.5,), "fault": ("ib_link",), "anomaly": (0.99999,), "anomaly_gpu": (g,)} for g in (1, 4, 6)]
+    timeline += [{"p": (0.5,), "fault": ("thermal",)}]
+    out, _ = run(timeline, cfg)
+    assert [(x.ts, x.source, x.fault) for x in out] == [(0.0, "model", FaultClass.IB_LINK),
+                                                        (180.0, "model", FaultClass.THERMAL)]
+
+
+def test_the_node_rate_limit_holds_under_a_burst_and_sends_the_rest_later_while_still_true():
+    cfg = CFG.model_copy(update={"node_alerts_per_h": 2})
+    burst = [{"anomaly": (0.99999,), "anomaly_gpu": (g,)} for g in range(8)]       # 8 parts in 8 minutes
+    out, _ = run(burst + [{"anomaly": (0.99999,), "anomaly_gpu": (7,)}] * 60, cfg)
+    assert [(x.ts, x.gpu) for x in out] == [(0.0, 0), (60.0, 1), (3600.0, 7)]
+
+
+def test_the_fleet_rate_limit_holds_under_a_burst():
+    cfg = CFG.model_copy(update={"fleet_alerts_per_h": 5})
+    n = 40
+    st, out = PolicyState(), []
+    for k in range(70):
+        d, st = decide(scores(p=(0.0,) * n, fault=("nvlink",) * n, rule=(-1,) * n, rule_fault=(None,) * n,
+                              rule_action=(None,) * n, anomaly=(0.99999,) * n), st, 60.0 * k, cfg, explain)
+        out += d
+    assert len([x for x in out if x.ts < 3600]) == 5
+    assert len([x for x in out if 3600 <= x.ts < 7200]) == 5
+
+
+def test_every_policy_setting_documents_its_default():
+    for name, f in PolicyConfig.model_fields.items():
+        assert f.description and len(f.description) > 20, name
