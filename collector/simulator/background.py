@@ -72,10 +72,10 @@ def draw_background(world: World, rng: np.random.Generator, *, n_ticks: int, dt:
     chronic = rng.choice(G, size=min(G, int(r["chronic_sbe_cards"])), replace=False)
     sbe[chronic] = rng.uniform(20, 200, chronic.size)
     pcie = _trickle(rng, G, r["pcie_gpu_frac"], r["pcie_rate_per_min"], TRICKLE_LOG_SD)
-    pcie = np.minimum(pcie, 4.0)   # stays well below DCGM's 16/min warning (FR §4)
+    pcie = np.minimum(pcie, world.ranges.pcie_cap_per_min)
     nvl = _trickle(rng, G, r["nvlink_gpu_frac"], r["nvlink_rate_per_min"], TRICKLE_LOG_SD)
     ib = _trickle(rng, NP, r["ib_noisy_port_frac"], r["ib_rate_per_h"], TRICKLE_LOG_SD)
-    ib = np.minimum(ib, 100.0)     # below NVSentinel's 120 symbol errors/h (FR §4)
+    ib = np.minimum(ib, world.ranges.ib_cap_per_h)
     days = n_ticks * dt / 86400
     eps: list[Episode] = []
 

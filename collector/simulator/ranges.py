@@ -123,6 +123,8 @@ class WorldRanges:
     #: (WARN at 16–31/min): kept 10x below the warning
     pcie_gpu_frac: tuple[float, float] = (0.0, 0.04)
     pcie_rate_per_min: tuple[float, float] = (0.01, 1.5)
+    #: ceiling on any one GPU's PCIe trickle, per minute: 4 keeps it 4x under DCGM's 16/min warning (FR §4)
+    pcie_cap_per_min: float = 4.0
     #: share of GPUs with an NVLink CRC trickle, and its rate per minute; FR §3 NVLink (DCGM: matters at
     #: 100+/s) — kept far below, and below the 5/min a failing link starts at
     nvlink_gpu_frac: tuple[float, float] = (0.0, 0.05)
@@ -132,6 +134,8 @@ class WorldRanges:
     #: symbol_error 120/h (FR §4)
     ib_noisy_port_frac: tuple[float, float] = (0.03, 0.25)
     ib_rate_per_h: tuple[float, float] = (0.05, 10.0)
+    #: ceiling on any one port's trickle, per hour: under NVSentinel's 120 symbol errors/h (FR §4)
+    ib_cap_per_h: float = 100.0
     #: IB error bursts per port-day (tens to thousands of rcv/symbol errors in minutes); (D)
     ib_burst_per_port_day: tuple[float, float] = (0.0, 0.03)
     #: link flaps per port-day that recover (state not ACTIVE for flap_s, link_downed +1); FR §2 Link flaps
@@ -171,20 +175,22 @@ TRAINING = WorldRanges()
 
 
 def _x10(r: tuple[float, float]) -> tuple[float, float]:
-    return (r[0] * 10, r[1] * 10)
+    """Ten times the range, starting no lower than the training range's top (so it lies outside it)."""
+    return (max(r[0] * 10, r[1]), r[1] * 10)
 
 
 #: Whole worlds outside TRAINING, for the shift suite (never train or tune on them).
 SHIFTS: dict[str, WorldRanges] = {
     "shift-background-x10": replace(
         TRAINING, name="shift-background-x10", shift="benign background rates x10",
-        sbe_gpu_frac=(0.15, 0.3), sbe_rate_per_h=_x10(TRAINING.sbe_rate_per_h),
+        sbe_gpu_frac=(0.15, 0.3), sbe_rate_per_h=_x10(TRAINING.sbe_rate_per_h), chronic_sbe_cards=(3, 8),
         sbe_burst_per_gpu_day=_x10(TRAINING.sbe_burst_per_gpu_day), pcie_gpu_frac=(0.1, 0.3),
         pcie_rate_per_min=(0.1, 8.0), nvlink_gpu_frac=(0.1, 0.3), nvlink_rate_per_min=_x10(TRAINING.nvlink_rate_per_min),
         ib_noisy_port_frac=(0.3, 0.8), ib_rate_per_h=_x10(TRAINING.ib_rate_per_h),
         ib_burst_per_port_day=_x10(TRAINING.ib_burst_per_port_day),
         link_flap_per_port_day=_x10(TRAINING.link_flap_per_port_day),
-        app_xid_per_gpu_day=_x10(TRAINING.app_xid_per_gpu_day), info_xid_per_gpu_day=_x10(TRAINING.info_xid_per_gpu_day)),
+        app_xid_per_gpu_day=_x10(TRAINING.app_xid_per_gpu_day), info_xid_per_gpu_day=_x10(TRAINING.info_xid_per_gpu_day),
+        pcie_cap_per_min=15.0, ib_cap_per_h=1000.0),
     "shift-interval-60s": replace(TRAINING, name="shift-interval-60s", shift="every node sampled at 60 s",
                                   interval_choices_s=(60,), port_interval_choices_s=(0,)),
     "shift-interval-2s": replace(TRAINING, name="shift-interval-2s", shift="every node sampled at 2 s",
