@@ -205,7 +205,7 @@ SHIFTS: dict[str, WorldRanges] = {
     "shift-mixed-fleet": replace(
         TRAINING, name="shift-mixed-fleet", shift="A100+H100+H200 by node, every interval group mixed, "
         "heavy idle/inference share", generations=("A100", "H100", "H200"), mixed_fleet_prob=1.0,
-        interval_choices_s=(1, 5, 10, 30, 60), mixed_interval_prob=1.0, idle_node_frac=(0.2, 0.3),
+        interval_choices_s=(2, 10, 30, 60), mixed_interval_prob=1.0, idle_node_frac=(0.2, 0.3),
         inference_node_frac=(0.4, 0.5), port_interval_choices_s=(60,)),
 }
 
