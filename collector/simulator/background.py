@@ -101,11 +101,11 @@ def draw_background(world: World, rng: np.random.Generator, *, n_ticks: int, dt:
     for part, a, _ in spans(r["info_xid_per_gpu_day"], G, 1, 1):
         eps.append(Episode("info_xid", part, a, a + 1, code=int(rng.choice([63, 92]))))
     bg = Background(sbe, pcie, nvl, ib, eps)
-    _legacy(bg, world, rng, G, NP)
+    _legacy(bg, world, rng, G, NP, ports_per_node)
     return bg
 
 
-def _legacy(bg: Background, world: World, rng: np.random.Generator, G: int, NP: int) -> None:
+def _legacy(bg: Background, world: World, rng: np.random.Generator, G: int, NP: int, ports_per_node: int) -> None:
     """Counter values at recording start: years of history on some parts, time since driver load on all."""
     r = world.rates
     old = rng.random(G) < r["legacy_gpu_frac"]
@@ -124,13 +124,22 @@ def _legacy(bg: Background, world: World, rng: np.random.Generator, G: int, NP: 
     s["ecc_sbe_vol"] = np.round(np.minimum(s["ecc_sbe_agg"], bg.sbe_per_h * since * 24 * 7))
     s["pcie_replay"] = np.round(bg.pcie_per_min * since * 60 * 24 * 7)
     s["nvlink_crc_flit_err"] = np.round(bg.nvlink_per_min * since * 60 * 24 * 7)
+    # IB history is a node's: its HCAs share a cable plant and an uptime (a healthy H100 node read
+    # excessive_buffer_overrun_errors = 15 on all 9 HCAs and link_downed = 255 on one; issue 8)
     n = bg.net_start
-    legacy = rng.random(NP) < r["legacy_port_frac"]
-    stuck = legacy & (rng.random(NP) < r["saturated_port_frac"])
+    N = NP // ports_per_node
+    node_old = rng.random(N) < r["legacy_port_frac"]
+    legacy = np.repeat(node_old, ports_per_node) & (rng.random(NP) < 0.85)
+    node_stuck = node_old & (rng.random(N) < r["saturated_port_frac"])
     for name in IB_TRICKLE + ("link_downed", "port_rcv_remote_physical_errors", "local_link_integrity_errors"):
-        top = 2 ** IB_COUNTER_BITS[name] - 1
-        v = np.where(legacy & (rng.random(NP) < 0.6), np.round(logn(1, top, NP)), 0.0)
-        n[name] = np.where(stuck & (rng.random(NP) < 0.7), float(top), v)
+        top = float(2 ** IB_COUNTER_BITS[name] - 1)
+        level = np.repeat(logn(1, top, N), ports_per_node) * rng.uniform(0.3, 1.5, NP)
+        v = np.where(legacy & (rng.random(NP) < 0.6), np.minimum(np.round(level), top), 0.0)
+        all_ports = np.repeat(node_stuck & (rng.random(N) < 0.4), ports_per_node)
+        one_port = np.zeros(NP, bool)
+        for nd in np.flatnonzero(node_stuck & (rng.random(N) < 0.3)):
+            one_port[nd * ports_per_node + int(rng.integers(0, ports_per_node))] = True
+        n[name] = np.where(all_ports | one_port, top, v)
     n["port_xmit_wait"] = np.round(rng.uniform(0, 1e12, NP))
 
 

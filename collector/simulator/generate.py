@@ -42,6 +42,9 @@ TEMP_TAU_S = 90.0
 _ERR_COUNTERS = tuple(c for c in IB_COUNTERS if not c.startswith(("port_xmit_data", "port_rcv_data", "port_xmit_packets",
                                                                   "port_rcv_packets", "port_xmit_wait")))
 
+#: port counters that wrap at 2^32 on nodes reading 32-bit PortCounters (world.wrap_data)
+_DATA_32BIT = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"})
+
 
 class Chunk:
     """Mutable per-chunk buffers that fault effects write into."""
@@ -118,6 +121,10 @@ class Renderer:
         self.gpu_cum = {c: np.zeros(G) for c in GPU_COUNTERS}
         self.net_cum = {c: np.zeros(NP) for c in IB_COUNTERS}
         self.traits = HOME_TRAITS if plan.world is None else plan.world.traits
+        world = cfg.world
+        #: ports whose data/packet counters are 32-bit and wrap (None: none do)
+        self.wrap_ports = None if world is None or not any(world.wrap_data) else \
+            np.repeat(np.array(world.wrap_data), cfg.ports_per_node)
         if plan.world is not None:   # counters already high at recording start
             self.gpu_cum.update({c: v.astype(np.float64).copy() for c, v in plan.world.background.gpu_start.items()})
             self.net_cum.update({c: v.astype(np.float64).copy() for c, v in plan.world.background.net_start.items()})
@@ -353,6 +360,8 @@ class Renderer:
             cum = self._cumulate(inc.get(name), self.net_cum, name, resets, P, (n, NP), only_volatile=False)
             if keep is not None:
                 cum = saturate_ib(name, cum)
+                if self.wrap_ports is not None and name in _DATA_32BIT:
+                    cum = np.where(self.wrap_ports, np.mod(cum, 2.0 ** 32), cum)
             cols[name] = pa.array(pick(cum.ravel()))
         down = pick(ch.link_down.ravel().astype(np.int8))
         rows = down.size

@@ -76,6 +76,8 @@ class WorldRanges:
     mixed_fleet_prob: float = 0.3
     #: nodes per rack (power-brake events hit a rack); typical 4 DGX per rack (D)
     rack_nodes: tuple[int, int] = (4, 8)
+    #: IB HCA ports per node, one value per world: 8 compute HCAs, or 8 + 1 storage (issue 8: "all 9 HCAs")
+    ports_per_node_choices: tuple[int, ...] = (8, 9)
     # ---- workload (fractions of nodes; the rest run training jobs that start and stop)
     #: idle nodes: idle clocks, near-ambient temperature; (D)
     idle_node_frac: tuple[float, float] = (0.0, 0.15)
@@ -109,6 +111,9 @@ class WorldRanges:
     driver_reload_per_node_day: tuple[float, float] = (0.0, 0.2)
     #: share of nodes on dcgm-exporter's default counter set (EXPORTER_DEFAULT_MISSING null); RD §6
     exporter_default_node_frac: tuple[float, float] = (0.0, 0.3)
+    #: share of nodes whose port data/packet counters are 32-bit and wrap (RD §6 counter widths:
+    #: data 32-bit in PortCounters; delta = current + 2^32 - previous); most HCAs report 64-bit (D)
+    wrap_data_node_frac: tuple[float, float] = (0.0, 0.1)
     # ---- benign background on healthy parts (zero-inflated, heavy-tailed, per part)
     #: share of GPUs that ever log SBE; FR §2 SBE (about 5 % of A100s; Titan < 5 %)
     sbe_gpu_frac: tuple[float, float] = (0.02, 0.08)
@@ -199,7 +204,7 @@ SHIFTS: dict[str, WorldRanges] = {
                           generations=("H200",), mixed_fleet_prob=0.0),
     "shift-messy": replace(
         TRAINING, name="shift-messy", shift="skew, late rows, gaps, missing fields, saturated counters, resets",
-        skew_sd_s=(5.0, 15.0), late_row_frac=(0.02, 0.05), gap_per_node_day=(3.0, 6.0), gap_s=(60, 1200),
+        skew_sd_s=(5.0, 15.0), late_row_frac=(0.02, 0.05), wrap_data_node_frac=(0.3, 0.5), gap_per_node_day=(3.0, 6.0), gap_s=(60, 1200),
         jitter_frac=(0.15, 0.3), driver_reload_per_node_day=(0.5, 1.5), exporter_default_node_frac=(0.4, 0.6),
         legacy_port_frac=(0.9, 1.0), saturated_port_frac=(0.15, 0.3), legacy_gpu_frac=(0.5, 0.8)),
     "shift-mixed-fleet": replace(

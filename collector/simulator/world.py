@@ -43,6 +43,9 @@ class World:
     exporter_default: tuple[bool, ...]
     hot_node: tuple[bool, ...]
     rack_of_node: tuple[int, ...]
+    #: nodes whose port data/packet counters are 32-bit and wrap
+    wrap_data: tuple[bool, ...]
+    ports_per_node: int
     #: world-wide rates drawn from the ranges (name → value, units as in WorldRanges)
     rates: dict[str, float]
 
@@ -55,11 +58,11 @@ class World:
             "interval_s": list(self.node_interval_s), "port_interval_s": list(self.port_interval_s),
             "generation": list(self.generation), "workload": list(self.workload),
             "skew_s": [round(s, 3) for s in self.skew_s], "exporter_default": list(self.exporter_default),
-            "hot": list(self.hot_node), "rack": list(self.rack_of_node),
+            "hot": list(self.hot_node), "rack": list(self.rack_of_node), "wrap_data": list(self.wrap_data),
         }
         r = asdict(self.ranges)
         return {"seed": self.seed, "ranges": self.ranges.name, "shift": self.ranges.shift,
-                "base_interval_s": self.base_interval_s,
+                "base_interval_s": self.base_interval_s, "ports_per_node": self.ports_per_node,
                 "rates": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.rates.items()},
                 "nodes": node, "range_values": {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}}
 
@@ -77,7 +80,7 @@ def world_config(cfg: "SimConfig", world: World) -> "SimConfig":
     if len(world.node_interval_s) != cfg.nodes:
         raise ValueError(f"world drawn for {len(world.node_interval_s)} nodes, config has {cfg.nodes}")
     return replace(cfg, interval_s=world.base_interval_s, rate_multiplier=world.rates["rate_multiplier"],
-                   lead_s=lead, world=world)
+                   lead_s=lead, ports_per_node=world.ports_per_node, world=world)
 
 
 def _u(rng: np.random.Generator, r: tuple[float, float]) -> float:
@@ -126,13 +129,16 @@ def draw_world(seed: int, ranges: WorldRanges, nodes: int) -> World:
     hot = tuple(bool(x) for x in rng.random(nodes) < _u(rng, ranges.hot_node_frac))
     rack_size = int(rng.integers(ranges.rack_nodes[0], ranges.rack_nodes[1] + 1))
     racks = tuple(i // rack_size for i in range(nodes))
+    wraps = tuple(bool(x) for x in rng.random(nodes) < _u(rng, ranges.wrap_data_node_frac))
+    ports = int(ranges.ports_per_node_choices[int(rng.integers(0, len(ranges.ports_per_node_choices)))])
     rates = {
         name: (_logu(rng, getattr(ranges, name)) if name in _LOG_UNIFORM else _u(rng, getattr(ranges, name)))
         for name in _RATE_FIELDS
     }
     rates["chronic_sbe_cards"] = int(rng.integers(ranges.chronic_sbe_cards[0], ranges.chronic_sbe_cards[1] + 1))
     rates["skew_sd_s"] = skew_sd
-    return World(seed, ranges, base, node_iv, port_iv, generation, workload, skew, default, hot, racks, rates)
+    return World(seed, ranges, base, node_iv, port_iv, generation, workload, skew, default, hot, racks, wraps, ports,
+                 rates)
 
 
 #: range fields drawn once per world (a uniform draw unless listed in _LOG_UNIFORM)

@@ -212,3 +212,14 @@ def test_faults_in_a_randomized_world_keep_exact_labels_and_show_their_precursor
         checked += 1
         shown += bool(len(sel) and sel.iloc[-1] > sel.iloc[0])
     assert checked >= 5 and shown >= 0.8 * checked, (shown, checked)
+
+
+def test_32_bit_data_counters_wrap_on_the_nodes_drawn_to_read_them(tmp_path):
+    wrapping = replace(BUSY, wrap_data_node_frac=(1.0, 1.0), ports_per_node_choices=(9,))
+    cfg = _cfg(seed=214, ranges=wrapping, nodes=3, hours=0.5)
+    assert cfg.ports_per_node == 9 and all(cfg.world.wrap_data)
+    simulate_recording(cfg, tmp_path / "rec")
+    net = open_recording(tmp_path / "rec").read_all("net")
+    assert net["device"].nunique() == 9 and net["port_xmit_data"].max() < 2 ** 32
+    d = net.sort_values("ts").groupby(["node", "device"])["port_xmit_data"].diff()
+    assert (d < 0).any()
