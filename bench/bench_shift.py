@@ -85,7 +85,8 @@ def replay(root: Path, names: list[str], model: Path | None, rules_only: bool) -
             m = rep["metrics"][who]
             alerts = sum(1 for d in decisions if str(d.get("action")) in ("alert", "Action.ALERT"))
             print(f"| {name} | {who} | {_f(m['recall'])} | {_f(m['predictive_recall'])} | "
-                  f"{_f(m['false_actions_per_1k_node_days'], 1)} | {m['actions_on_app_errors']} | {alerts} |", flush=True)
+                  f"{_f(m['false_actions_per_1k_node_days'], 1)} | {m['actions_on_app_errors']} | {alerts} |",
+                  flush=True)
         (path.parent / f"{name}.report.json").write_text(json.dumps(rep["metrics"], default=str) + "\n")
 
 

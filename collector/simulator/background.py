@@ -26,6 +26,7 @@ IB_TRICKLE = ("port_rcv_errors", "symbol_error", "excessive_buffer_overrun_error
 #: share of a noisy port's rate each trickling counter gets (rcv errors and symbol errors dominate) (D)
 IB_TRICKLE_SHARE = {"port_rcv_errors": 1.0, "symbol_error": 0.6, "excessive_buffer_overrun_errors": 0.05,
                     "link_error_recovery": 0.01}
+REMAP_MESSAGE = "Row Remapper: New row marked for remapping, reset gpu to activate."
 SBE_LOG_SD = 1.5       # heavy tail of per-GPU SBE rates, log units (FR §2 SBE: 98 % from a few cards)
 TRICKLE_LOG_SD = 1.0   # spread of PCIe/NVLink/IB trickle rates around the world's median, log units (D)
 
@@ -93,7 +94,8 @@ def draw_background(world: World, rng: np.random.Generator, *, n_ticks: int, dt:
         pend = min(n_ticks, b + int(rng.uniform(3600, 12 * 3600) / dt)) if remap else 0
         eps.append(Episode("sbe_burst", part, a, b, total / max(b - a, 1), remap, pend))
     for part, a, b in spans(r["ib_burst_per_port_day"], NP, 60, 900):
-        eps.append(Episode("ib_burst", part, a, b, float(np.exp(rng.uniform(np.log(20), np.log(3000)))) / max(b - a, 1)))
+        total = float(np.exp(rng.uniform(np.log(20), np.log(3000))))
+        eps.append(Episode("ib_burst", part, a, b, total / max(b - a, 1)))
     for part, a, b in spans(r["link_flap_per_port_day"], NP, *world.ranges.flap_s):
         eps.append(Episode("flap", part, a, b))
     for part, a, _ in spans(r["app_xid_per_gpu_day"], G, 1, 1):
@@ -171,7 +173,7 @@ def apply_background(ch: "Chunk", bg: Background) -> None:
                 r = e.a + max(1, (e.b - e.a) // 2)
                 if ch.a <= r < ch.b:
                     ch.inc("remapped_rows_corr")[r - ch.a, e.part] += 1
-                    ch.bg_event(r - ch.a, e.part, 63, "Row Remapper: New row marked for remapping, reset gpu to activate.")
+                    ch.bg_event(r - ch.a, e.part, 63, REMAP_MESSAGE)
                 plo, phi = max(r, ch.a) - ch.a, max(min(e.pending_until, ch.b) - ch.a, 0)
                 if phi > plo:
                     ch.g["row_remap_pending"][plo:phi, e.part] = 1.0
@@ -185,7 +187,7 @@ def apply_background(ch: "Chunk", bg: Background) -> None:
                 ch.net_inc("link_downed")[at, e.part] += 1
                 ch.net_inc("link_error_recovery")[at, e.part] += 1
         elif e.kind in ("app_xid", "info_xid") and at is not None:
-            msg = "Row Remapper: New row marked for remapping, reset gpu to activate." if e.code == 63 else \
+            msg = REMAP_MESSAGE if e.code == 63 else \
                 "High single-bit ECC error rate" if e.code == 92 else "Application error"
             ch.bg_event(at, e.part, e.code, msg)
 

@@ -165,7 +165,11 @@ def test_generation_profiles_set_limits_and_clocks(busy):
 def test_shift_worlds_lie_outside_the_training_ranges():
     assert "H200" not in TRAINING.generations and SHIFTS["shift-h200"].generations == ("H200",)
     assert 60 not in TRAINING.interval_choices_s and 2 not in TRAINING.interval_choices_s
-    assert SHIFTS["shift-background-x10"].ib_rate_per_h[0] >= TRAINING.ib_rate_per_h[1] * 0.5
+    x10 = SHIFTS["shift-background-x10"]
+    for name in ("sbe_gpu_frac", "sbe_rate_per_h", "sbe_burst_per_gpu_day", "pcie_gpu_frac", "pcie_rate_per_min",
+                 "nvlink_gpu_frac", "nvlink_rate_per_min", "ib_noisy_port_frac", "ib_rate_per_h", "ib_burst_per_port_day",
+                 "link_flap_per_port_day", "app_xid_per_gpu_day", "info_xid_per_gpu_day"):
+        assert getattr(x10, name)[0] >= getattr(TRAINING, name)[1], name
     assert SHIFTS["shift-messy"].skew_sd_s[0] > TRAINING.skew_sd_s[1]
     with pytest.raises(ValueError, match="valid: "):
         ranges_by_name("shift-nowhere")
