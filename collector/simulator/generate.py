@@ -30,14 +30,13 @@ from collector.schema import (
 from .background import apply_background, saturate_ib
 from .faults import EFFECTS
 from .plan import FleetPlan, Incident
-from .ranges import EXPORTER_DEFAULT_MISSING
+from .ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS
 from .sampling import late_order, timestamps
 from .workload import HOME_TRAITS
 
 #: Counters that a reboot or driver reload sets back to zero (the rest persist in InfoROM).
 VOLATILE_GPU = tuple(c for c in GPU_COUNTERS if not c.endswith("_agg") and not c.startswith(("retired", "remapped")))
 GPU_IDLE_BIT = 0x1
-FB_TOTAL_MIB = 81559.0
 TEMP_TAU_S = 90.0
 _ERR_COUNTERS = tuple(c for c in IB_COUNTERS if not c.startswith(("port_xmit_data", "port_rcv_data", "port_xmit_packets",
                                                                   "port_rcv_packets", "port_xmit_wait")))
@@ -125,6 +124,9 @@ class Renderer:
         #: ports whose data/packet counters are 32-bit and wrap (None: none do)
         self.wrap_ports = None if world is None or not any(world.wrap_data) else \
             np.repeat(np.array(world.wrap_data), cfg.ports_per_node)
+        #: link speed of each port in a drawn world (its node's generation's HCA); None: 400 Gb/s everywhere
+        self.port_gbps = None if world is None else np.repeat(
+            np.array([GENERATIONS[g].ib_gbps for g in world.generation], np.float32), cfg.ports_per_node)
         if plan.world is not None:   # counters already high at recording start
             self.gpu_cum.update({c: v.astype(np.float64).copy() for c, v in plan.world.background.gpu_start.items()})
             self.net_cum.update({c: v.astype(np.float64).copy() for c, v in plan.world.background.net_start.items()})
@@ -335,7 +337,8 @@ class Renderer:
         nop = np.repeat(np.arange(cfg.nodes), P)
         up = ~ch.link_down
         act = (level[:, nop] > 0) & up
-        words = np.where(act, 12.5e9 * dt * rng.uniform(0.1, 0.3, (n, NP)) * level[:, nop], 0.0)
+        words_per_s = 12.5e9 if self.port_gbps is None else self.port_gbps * 12.5e9 / 400.0
+        words = np.where(act, words_per_s * dt * rng.uniform(0.1, 0.3, (n, NP)) * level[:, nop], 0.0)
         words_rx = words * rng.uniform(0.9, 1.1, (n, NP))
         inc = {
             "port_xmit_data": words.round(), "port_rcv_data": words_rx.round(),
@@ -373,7 +376,8 @@ class Renderer:
             "port": pa.array(np.ones(rows, np.int16)),
             "link_state": _dict_col(down, pa.array(["ACTIVE", "DOWN"])),
             "phys_state": _dict_col(down, pa.array(["LinkUp", "Polling"])),
-            "rate_gbps": pa.array(np.full(rows, 400.0, np.float32)),
+            "rate_gbps": pa.array(np.full(rows, 400.0, np.float32) if self.port_gbps is None else pick(
+                np.broadcast_to(self.port_gbps, (n, NP)).ravel())),
         }
         arrays.update(cols)
         return pa.Table.from_pydict(arrays, schema=self.net_schema)

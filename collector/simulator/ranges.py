@@ -45,13 +45,14 @@ class GpuProfile:
     shutdown_c: float             # FR §2 Thermal limits
     idle_c: tuple[float, float]   # °C at idle, near inlet air (D)
     busy_rise_c: tuple[float, float]  # °C above idle at full load (D; leaves 10–20 °C to max operating)
+    ib_gbps: float                # compute HCA link rate: DGX A100 HDR 200 Gb/s, DGX H100/H200 NDR 400 Gb/s
 
 
 GENERATIONS: dict[str, GpuProfile] = {
-    "A100": GpuProfile("A100", 400, 55, 320, 1410, 210, 1593, 81920, 85, 89, 92, (28, 36), (28, 38)),
-    "H100": GpuProfile("H100", 700, 70, 560, 1980, 345, 2619, 81559, 87, 89, 92, (28, 38), (30, 40)),
+    "A100": GpuProfile("A100", 400, 55, 320, 1410, 210, 1593, 81920, 85, 89, 92, (28, 36), (28, 38), 200),
+    "H100": GpuProfile("H100", 700, 70, 560, 1980, 345, 2619, 81559, 87, 89, 92, (28, 38), (30, 40), 400),
     # H200 SXM: no nvidia-smi dump in the research; the same package and cooling as H100 (D)
-    "H200": GpuProfile("H200", 700, 75, 580, 1980, 345, 3201, 143771, 87, 89, 92, (28, 38), (31, 41)),
+    "H200": GpuProfile("H200", 700, 75, 580, 1980, 345, 3201, 143771, 87, 89, 92, (28, 38), (31, 41), 400),
 }
 
 #: Fields a dcgm-exporter on its default counter set does not export (null, never 0).
