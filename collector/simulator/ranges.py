@@ -14,7 +14,7 @@ Seeds: training 201–299, tuning 301–399, shift suite 401–499.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 #: Counter widths of IB PortCounters (sysfs reads them; they stick at 2^w - 1, not wrap).
 #: Source: robust-detection.md §6 (OVIS LDMS: SymbolError/PortRcvErrors 16-bit, LinkErrorRecovery/
@@ -69,6 +69,7 @@ EXPORTER_DEFAULT_MISSING: tuple[str, ...] = (
 class WorldRanges:
     """Ranges a world is drawn from. Pairs are (low, high), drawn uniformly unless noted."""
 
+    #: the ranges' name: "train", or shift-NAME for the suite (manifest "world"."ranges")
     name: str = "train"
     # ---- fleet
     #: generations a world may use; FR §2 Thermal limits (A100, H100). H200 held out for the suite.
@@ -174,7 +175,6 @@ class WorldRanges:
     rate_multiplier: tuple[float, float] = (100, 200)
     #: notes for the manifest (what a shifted world changes)
     shift: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 TRAINING = WorldRanges()

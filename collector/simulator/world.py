@@ -21,6 +21,7 @@ from .ranges import GENERATIONS, WorldRanges
 if TYPE_CHECKING:
     from .config import SimConfig
 
+#: what a node does all recording (workload.py): jobs that start and stop, diurnal serving, nothing
 WORKLOADS = ("training", "inference", "idle")
 
 
@@ -48,9 +49,6 @@ class World:
     ports_per_node: int
     #: world-wide rates drawn from the ranges (name → value, units as in WorldRanges)
     rates: dict[str, float]
-
-    def rate(self, name: str) -> float:
-        return self.rates[name]
 
     def to_json(self) -> dict[str, Any]:
         """The ``"world"`` entry of manifest.json."""
@@ -109,7 +107,7 @@ def draw_world(seed: int, ranges: WorldRanges, nodes: int) -> World:
     # workload: a block of idle nodes, a block of inference, the rest training (shuffled)
     idle, infer = _u(rng, ranges.idle_node_frac), _u(rng, ranges.inference_node_frac)
     draw = rng.random(nodes)
-    workload = tuple("idle" if d < idle else "inference" if d < idle + infer else "training" for d in draw)
+    workload = tuple(WORKLOADS[2] if d < idle else WORKLOADS[1] if d < idle + infer else WORKLOADS[0] for d in draw)
     # sampling intervals: one group, or 2–3 groups
     choices = list(ranges.interval_choices_s)
     if len(choices) > 1 and rng.random() < ranges.mixed_interval_prob:
