@@ -138,6 +138,11 @@ def catalog() -> dict[int, XidEntry]:
     return out
 
 
+def restart_app_codes() -> tuple[int, ...]:
+    """Every code whose catalogue immediate action is RESTART_APP (the job's own fault)."""
+    return tuple(sorted(code for code, e in catalog().items() if e.immediate_action == "RESTART_APP"))
+
+
 def class_of(code: int) -> XidClass:
     """gpuops' class of one XID code (``other`` for codes outside the catalogue)."""
     e = catalog().get(code)

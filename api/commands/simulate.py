@@ -24,6 +24,14 @@ def simulate(
         150.0, "--rate-multiplier", min=0.0,
         help="Failure rate relative to field data (Llama 3: 3.8e-3 per node-day); 1 = field rate."),
     gzip_jsonl: bool = typer.Option(False, "--gzip", help="Write events/incidents as .jsonl.gz."),
+    world: str = typer.Option(
+        "home", "--world",
+        help="home: one H100 fleet at --interval, as always. randomized: draw a world (generations, workloads, "
+             "sampling, background, fault shapes) from --world-ranges; --interval and --rate-multiplier then "
+             "come from the world. Recorded under 'world' in manifest.json."),
+    world_ranges: str = typer.Option(
+        "train", "--world-ranges",
+        help="Ranges a randomized world is drawn from: train, or a held-out shift-NAME (docs/simulator.md)."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output directory."),
 ) -> None:
     """Simulate a GPU fleet and write a recording (spec/recording.md) with incidents.jsonl."""
@@ -41,6 +49,10 @@ def simulate(
     try:
         cfg = SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, ports_per_node=ports_per_node, hours=hours,
                         interval_s=interval, seed=seed, rate_multiplier=rate_multiplier)
+        if world == "randomized":
+            cfg = randomized_config(cfg, world_ranges)
+        elif world != "home":
+            raise ValueError(f"unknown --world {world!r}; valid: home, randomized")
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     t0 = time.perf_counter()
@@ -53,12 +65,34 @@ def simulate(
     print_summary(console, summary, cfg, out, took)
 
 
+def app_xid_codes() -> tuple[int, ...]:
+    """Every RESTART_APP code of NVIDIA's XID catalogue (collector/data/xid_catalog.csv)."""
+    from collector.xid import restart_app_codes
+
+    return restart_app_codes()
+
+
+def randomized_config(cfg, ranges_name: str):  # noqa: ANN001, ANN201
+    """*cfg* in a world drawn from the named ranges, app XIDs from the whole catalogue."""
+    from dataclasses import replace
+
+    from collector.simulator import draw_world, ranges_by_name, world_config
+
+    ranges = replace(ranges_by_name(ranges_name), app_xid_codes=app_xid_codes())
+    return world_config(cfg, draw_world(cfg.seed, ranges, cfg.nodes))
+
+
 def print_summary(console, summary, cfg, out: Path, took: float) -> None:  # noqa: ANN001
     """What happened in the fleet, per fault class."""
     from rich.table import Table
 
     node_days = cfg.nodes * cfg.hours / 24
-    t = Table(title=f"{cfg.nodes} nodes x {cfg.gpus_per_node} GPUs, {cfg.hours:g} h at {cfg.interval_s:g} s "
+    cadence = f"{cfg.interval_s:g} s"
+    if cfg.world is not None:
+        w = cfg.world
+        cadence = (f"{'/'.join(f'{v:g}' for v in sorted(set(w.node_interval_s)))} s, "
+                   f"{'+'.join(sorted(set(w.generation)))}, world {w.ranges.name}")
+    t = Table(title=f"{cfg.nodes} nodes x {cfg.gpus_per_node} GPUs, {cfg.hours:g} h at {cadence} "
                     f"({node_days:.1f} node-days), seed {cfg.seed}")
     t.add_column("fault")
     t.add_column("incidents", justify="right")

@@ -4,6 +4,11 @@
 ``incidents.jsonl`` ground truth; :class:`Simulator` also serves the same data chunk
 by chunk for the live ``simulated`` source. See docs/simulator.md for the fault
 models and their sources.
+
+The home world (``SimConfig.world is None``) is one H100 fleet at one interval with a
+few confounders. A randomized world (``world_config(cfg, draw_world(seed, ranges,
+nodes))``) draws generations, workloads, sampling defects, benign background and fault
+shapes from :mod:`.ranges`, and is recorded under ``"world"`` in manifest.json.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ from collector.schema import FaultClass, RecordType
 from .config import SimConfig
 from .generate import Renderer, SimChunk
 from .plan import FleetPlan, Incident, plan_fleet
+from .ranges import RANGES, SHIFTS, TRAINING, WorldRanges, ranges_by_name
+from .world import World, draw_world, world_config
 
-__all__ = ["SimConfig", "Simulator", "SimSummary", "simulate_recording", "FleetPlan", "Incident", "SimChunk"]
+__all__ = ["SimConfig", "Simulator", "SimSummary", "simulate_recording", "FleetPlan", "Incident", "SimChunk",
+           "World", "WorldRanges", "draw_world", "world_config", "ranges_by_name", "RANGES", "SHIFTS", "TRAINING"]
 
 
 class Simulator:
@@ -38,11 +46,15 @@ class Simulator:
 
     def manifest(self) -> Manifest:
         c = self.cfg
-        return Manifest(start=c.start_ts, end=c.end_ts, interval_s=c.interval_s, nodes=self.plan.node_names,
-                        gpus_per_node=c.gpus_per_node,
-                        source=f"gpuops simulator seed={c.seed} rate_multiplier={c.rate_multiplier}",
-                        extra={"simulator": {"seed": c.seed, "ports_per_node": c.ports_per_node,
-                                             "rate_multiplier": c.rate_multiplier}})
+        extra: dict[str, Any] = {"simulator": {"seed": c.seed, "ports_per_node": c.ports_per_node,
+                                               "rate_multiplier": c.rate_multiplier}}
+        interval, source = c.interval_s, f"gpuops simulator seed={c.seed} rate_multiplier={c.rate_multiplier}"
+        if c.world is not None:
+            interval = c.world.typical_interval_s
+            source += f" world={c.world.ranges.name}"
+            extra["world"] = c.world.to_json()
+        return Manifest(start=c.start_ts, end=c.end_ts, interval_s=interval, nodes=self.plan.node_names,
+                        gpus_per_node=c.gpus_per_node, source=source, extra=extra)
 
 
 @dataclass

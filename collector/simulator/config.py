@@ -19,8 +19,12 @@ Defaults come from published field data (sources in docs/simulator.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from collector.schema import FaultClass
+
+if TYPE_CHECKING:
+    from .world import World
 
 #: Interruptions per node-day at field rates (Llama 3: 419 / (54 d x 2,048 nodes)).
 FIELD_RATE_PER_NODE_DAY = 419 / (54 * 2048)
@@ -101,6 +105,10 @@ class SimConfig:
     app_xid_per_node_day: float = 0.3
     #: Ticks generated per chunk (memory ~ chunk x GPUs x columns x 8 B).
     chunk_ticks: int = 360
+    #: A drawn world (world.py; None = the home world: one H100 fleet, one interval, no background).
+    #: Build with ``world_config(cfg, draw_world(seed, ranges, nodes))``: it sets interval_s to the
+    #: world's base grid and the world's failure rate and lead times.
+    world: "World | None" = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:

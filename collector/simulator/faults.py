@@ -52,12 +52,38 @@ def _ramp(p: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return lo * np.exp(p * np.log(hi / lo))
 
 
+def _gate(inc: "Incident", p: np.ndarray) -> np.ndarray | float:
+    """A drawn world's magnitude and on/off intermittency over progress *p* (1 in the home world)."""
+    m = inc.params.get("magnitude")
+    if m is None:
+        return 1.0
+    pattern = inc.params.get("on_pattern")
+    if pattern is None:
+        return m
+    seg = np.minimum((p * len(pattern)).astype(np.int64), len(pattern) - 1)
+    return m * np.asarray(pattern, np.float64)[seg]
+
+
+def _grow(inc: "Incident", p: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Precursor rate from *lo* to *hi*: exponential at home; a drawn world picks linear or a step too."""
+    shape = inc.params.get("shape")
+    if shape is None:
+        return _ramp(p, lo, hi)
+    if shape == "linear":
+        base = lo + (hi - lo) * p
+    elif shape == "step":
+        base = np.where(p < inc.params["step_at"], lo, 0.5 * hi)
+    else:
+        base = _ramp(p, lo, hi)
+    return base * _gate(inc, p)
+
+
 def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
     g = ch.gpu_col(inc)
     pre, p, failed = _phases(ch, inc)
     dt_h = ch.dt / 3600
     if inc.variant != "sudden" and p.size:
-        ch.rate("ecc_sbe_vol")[pre, g] += _ramp(p, 3.0, 600.0) * dt_h
+        ch.rate("ecc_sbe_vol")[pre, g] += _grow(inc, p, 3.0, 600.0) * dt_h
         # a handful of rows remapped along the way; each stays pending until a GPU reset
         start, span = inc.precursor_start(), inc.failure - inc.precursor_start()
         remap_ticks = [start + int(rp * span) for rp in inc.params["remap_at"]]
@@ -87,7 +113,7 @@ def gpu_off_bus(ch: "Chunk", inc: "Incident") -> None:
     g = ch.gpu_col(inc)
     pre, p, failed = _phases(ch, inc)
     if inc.variant == "warned" and p.size:
-        ch.rate("pcie_replay")[pre, g] += _ramp(p, 0.5, 60.0) * ch.dt / 60
+        ch.rate("pcie_replay")[pre, g] += _grow(inc, p, 0.5, 60.0) * ch.dt / 60
         spikes = np.random.default_rng([inc.failure, ch.a]).random(p.size) < 0.15 * (0.3 + p)
         ch.temp_add[pre, g] += np.where(spikes, 12.0, 0.0).astype(np.float32)
     f = _at_failure(ch, inc)
@@ -101,11 +127,11 @@ def nvlink(ch: "Chunk", inc: "Incident") -> None:
     pre, p, failed = _phases(ch, inc)
     per_min = ch.dt / 60
     if inc.variant == "warned" and p.size:
-        crc = _ramp(p, 5.0, 4000.0) * per_min
+        crc = _grow(inc, p, 5.0, 4000.0) * per_min
         ch.rate("nvlink_crc_flit_err")[pre, g] += crc
         ch.rate("nvlink_crc_data_err")[pre, g] += crc * 0.1
         ch.rate("nvlink_replay_err")[pre, g] += crc * 0.05
-        ch.rate("nvlink_recovery_err")[pre, g] += 0.6 * p * per_min
+        ch.rate("nvlink_recovery_err")[pre, g] += 0.6 * p * per_min * _gate(inc, p)
     f = _at_failure(ch, inc)
     if f is not None:
         ch.inc("nvlink_recovery_err")[f, g] += 8
@@ -116,7 +142,7 @@ def pcie(ch: "Chunk", inc: "Incident") -> None:
     g = ch.gpu_col(inc)
     pre, p, failed = _phases(ch, inc)
     if inc.variant == "warned" and p.size:
-        ch.rate("pcie_replay")[pre, g] += _ramp(p, 2.0, 600.0) * ch.dt / 60
+        ch.rate("pcie_replay")[pre, g] += _grow(inc, p, 2.0, 600.0) * ch.dt / 60
         ch.util_factor[pre, g] *= (1.0 - 0.35 * np.clip((p - 0.6) / 0.4, 0, 1)).astype(np.float32)
     f = _at_failure(ch, inc)
     if f is not None:
@@ -167,10 +193,10 @@ def ib_link(ch: "Chunk", inc: "Incident") -> None:
     pre, p, failed = _phases(ch, inc)
     per_min = ch.dt / 60
     if inc.variant == "warned" and p.size:
-        ch.net_rate("symbol_error")[pre, port] += _ramp(p, 2.0, 3000.0) * per_min
-        ch.net_rate("link_error_recovery")[pre, port] += (0.05 + 1.5 * p) * per_min
-        ch.net_rate("port_rcv_errors")[pre, port] += _ramp(p, 0.5, 500.0) * per_min
-        ch.net_rate("local_link_integrity_errors")[pre, port] += 0.3 * p * per_min
+        ch.net_rate("symbol_error")[pre, port] += _grow(inc, p, 2.0, 3000.0) * per_min
+        ch.net_rate("link_error_recovery")[pre, port] += (0.05 + 1.5 * p) * per_min * _gate(inc, p)
+        ch.net_rate("port_rcv_errors")[pre, port] += _grow(inc, p, 0.5, 500.0) * per_min
+        ch.net_rate("local_link_integrity_errors")[pre, port] += 0.3 * p * per_min * _gate(inc, p)
     f = _at_failure(ch, inc)
     if f is not None:
         ch.net_inc("link_downed")[f, port] += 1
@@ -183,7 +209,8 @@ def app_error(ch: "Chunk", inc: "Incident") -> None:
     if f is not None:
         ch.event(inc, f, inc.code or 13, {13: "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)",
                                           31: "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS",
-                                          43: "Ch 00000010, errorString CTX SWITCH TIMEOUT"}.get(inc.code or 13, ""))
+                                          43: "Ch 00000010, errorString CTX SWITCH TIMEOUT",
+                                          94: "Contained: ECC error. RST: No"}.get(inc.code or 13, "Application error"))
 
 
 EFFECTS: dict[FaultClass, Callable[["Chunk", "Incident"], None]] = {

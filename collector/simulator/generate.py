@@ -17,6 +17,7 @@ from scipy.signal import lfilter
 from collector.schema import (
     GPU_COUNTERS,
     IB_COUNTERS,
+    THROTTLE_HW_POWER_BRAKE,
     THROTTLE_HW_SLOWDOWN,
     THROTTLE_HW_THERMAL,
     THROTTLE_SW_POWER_CAP,
@@ -26,16 +27,22 @@ from collector.schema import (
     arrow_schema,
 )
 
+from .background import apply_background, saturate_ib
 from .faults import EFFECTS
 from .plan import FleetPlan, Incident
+from .ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS
+from .sampling import late_order, timestamps
+from .workload import HOME_TRAITS
 
 #: Counters that a reboot or driver reload sets back to zero (the rest persist in InfoROM).
 VOLATILE_GPU = tuple(c for c in GPU_COUNTERS if not c.endswith("_agg") and not c.startswith(("retired", "remapped")))
 GPU_IDLE_BIT = 0x1
-FB_TOTAL_MIB = 81559.0
 TEMP_TAU_S = 90.0
 _ERR_COUNTERS = tuple(c for c in IB_COUNTERS if not c.startswith(("port_xmit_data", "port_rcv_data", "port_xmit_packets",
                                                                   "port_rcv_packets", "port_xmit_wait")))
+
+#: port counters that wrap at 2^32 on nodes reading 32-bit PortCounters (world.wrap_data)
+_DATA_32BIT = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"})
 
 
 class Chunk:
@@ -89,6 +96,10 @@ class Chunk:
     def event(self, inc: Incident, local_tick: int, code: int, message: str) -> None:
         self.events.append((self.a + local_tick, self.gpu_col(inc), code, message, inc))
 
+    def bg_event(self, local_tick: int, gpu_col: int, code: int, message: str) -> None:
+        """A kernel-log XID that belongs to no incident (benign background)."""
+        self.events.append((self.a + local_tick, gpu_col, code, message, None))
+
 
 @dataclass
 class SimChunk:
@@ -108,9 +119,20 @@ class Renderer:
         G, NP = plan.n_gpus, cfg.nodes * cfg.ports_per_node
         self.gpu_cum = {c: np.zeros(G) for c in GPU_COUNTERS}
         self.net_cum = {c: np.zeros(NP) for c in IB_COUNTERS}
+        self.traits = HOME_TRAITS if plan.world is None else plan.world.traits
+        world = cfg.world
+        #: ports whose data/packet counters are 32-bit and wrap (None: none do)
+        self.wrap_ports = None if world is None or not any(world.wrap_data) else \
+            np.repeat(np.array(world.wrap_data), cfg.ports_per_node)
+        #: link speed of each port in a drawn world (its node's generation's HCA); None: 400 Gb/s everywhere
+        self.port_gbps = None if world is None else np.repeat(
+            np.array([GENERATIONS[g].ib_gbps for g in world.generation], np.float32), cfg.ports_per_node)
+        if plan.world is not None:   # counters already high at recording start
+            self.gpu_cum.update({c: v.astype(np.float64).copy() for c, v in plan.world.background.gpu_start.items()})
+            self.net_cum.update({c: v.astype(np.float64).copy() for c, v in plan.world.background.net_start.items()})
         self.xid = np.zeros(G, np.float32)
         self.alpha = 1.0 - np.exp(-cfg.interval_s / TEMP_TAU_S)
-        idle = 30.0 + plan.temp_offset + plan.node_hot[plan.node_of_gpu]
+        idle = self.traits.idle_c + plan.temp_offset + plan.node_hot[plan.node_of_gpu]
         self.temp_zi = ((1 - self.alpha) * idle)[None, :].astype(np.float64)
         self.gpu_schema = arrow_schema(RecordType.GPU)
         self.net_schema = arrow_schema(RecordType.NET)
@@ -134,32 +156,43 @@ class Renderer:
         for inc in plan.incidents:
             if inc.precursor_start() < b and max(inc.repair, inc.failure + 1) > a:
                 EFFECTS[inc.fault](ch, inc)
+        wp = plan.world
+        if wp is not None:
+            apply_background(ch, wp.background)
+            self._power_brakes(ch)
+        tr = self.traits
         n, G, dt = ch.n, ch.G, cfg.interval_s
         nog = plan.node_of_gpu
-        level = np.where(plan.job_active[a:b], np.where(plan.checkpoint[a:b], 0.2, 1.0), 0.0).astype(np.float32)
+        if wp is None:
+            level = np.where(plan.job_active[a:b], np.where(plan.checkpoint[a:b], 0.2, 1.0), 0.0).astype(np.float32)
+        else:
+            level = wp.level[a:b]
         load = level[:, nog]
         busy = load > 0
         noise = rng.standard_normal((5, n, G), dtype=np.float32)
         util = np.where(busy, np.clip(95 * load * ch.util_factor + 2 * noise[0], 0, 100), 0).astype(np.float32)
         util_mem = np.where(busy, np.clip(55 * load * ch.util_factor + 3 * noise[1], 0, 100), 0).astype(np.float32)
-        power = ((65 + load * (560 + plan.power_offset)) * ch.power_factor + 10 * noise[2]).clip(50, 700)
-        capped = busy & (load > 0.5) & (rng.random((n, G)) < 0.08)
-        power = np.where(capped, 699.0, power).astype(np.float32)
-        target = 30 + load * 38 + plan.temp_offset + plan.node_hot[nog] + ch.temp_add
+        power = ((tr.idle_power_w + load * (tr.busy_power_w + plan.power_offset)) * ch.power_factor
+                 + 10 * noise[2]).clip(50, tr.power_limit_w)
+        capped = busy & (load > 0.5) & (rng.random((n, G)) < tr.power_cap_frac)
+        power = np.where(capped, tr.power_limit_w - 1.0, power).astype(np.float32)
+        target = tr.idle_c + load * tr.busy_rise_c + plan.temp_offset + plan.node_hot[nog] + ch.temp_add
         temp, self.temp_zi = lfilter([self.alpha], [1.0, self.alpha - 1.0], target, axis=0, zi=self.temp_zi)
         temp = (temp + 0.4 * noise[3]).astype(np.float32)
         thr = ch.throttle
         thr |= np.where(~busy, GPU_IDLE_BIT, 0) | np.where(capped, THROTTLE_SW_POWER_CAP, 0)
-        thr |= np.where(temp > 87, THROTTLE_SW_THERMAL, 0)
-        thr |= np.where(temp > 92, THROTTLE_HW_THERMAL | THROTTLE_HW_SLOWDOWN, 0)
-        tfac = np.where(temp > 92, 0.55, np.where(temp > 87, 0.85, 1.0))
-        clock = (np.where(busy, 1980.0, 345.0) * ch.clock_factor * tfac + 3 * noise[4]).round().astype(np.float32)
-        fb = np.where(busy, 72000 + plan.power_offset * 10, 0.0).astype(np.float32)
+        thr |= np.where(temp > tr.sw_thermal_c, THROTTLE_SW_THERMAL, 0)
+        thr |= np.where(temp > tr.hw_thermal_c, THROTTLE_HW_THERMAL | THROTTLE_HW_SLOWDOWN, 0)
+        tfac = np.where(temp > tr.hw_thermal_c, 0.55, np.where(temp > tr.sw_thermal_c, 0.85, 1.0))
+        clock = (np.where(busy, tr.max_sm_clock_mhz, tr.idle_sm_clock_mhz) * ch.clock_factor * tfac
+                 + 3 * noise[4]).round().astype(np.float32)
+        fb = np.where(busy, tr.fb_busy_mib + plan.power_offset * 10, 0.0).astype(np.float32)
         cols: dict[str, Any] = {
-            "util_gpu": util, "util_mem": util_mem, "fb_used_mib": fb, "fb_free_mib": FB_TOTAL_MIB - fb,
+            "util_gpu": util, "util_mem": util_mem, "fb_used_mib": fb,
+            "fb_free_mib": (tr.fb_total_mib - fb).astype(np.float32),
             "temp_gpu_c": temp, "temp_mem_c": temp + np.float32(6.0), "power_w": power,
-            "power_limit_w": np.full((n, G), 700.0, np.float32), "sm_clock_mhz": clock,
-            "mem_clock_mhz": np.full((n, G), 2619.0, np.float32), "throttle_reasons": thr,
+            "power_limit_w": np.broadcast_to(np.float32(tr.power_limit_w), (n, G)), "sm_clock_mhz": clock,
+            "mem_clock_mhz": np.broadcast_to(np.float32(tr.mem_clock_mhz), (n, G)), "throttle_reasons": thr,
         }
         cols.update(ch.g)
         # counters: steady confounder rates, fault rates, violation time, then Poisson
@@ -181,6 +214,8 @@ class Renderer:
             cols[name] = self._cumulate(ch._inc.get(name), self.gpu_cum, name, resets, k, (n, G))
         cols["xid_last"] = self._xid(ch, resets)
         events = [self._event_dict(t, col, code, msg) for t, col, code, msg, _ in sorted(ch.events, key=lambda e: e[0])]
+        if wp is not None:
+            return self._world_chunk(ch, rng, cols, level, resets, events)
         # each node's agent samples at its own phase (+ a little noise); phases increase with the
         # node index, so rows (tick-major, node-major) come out already sorted by ts
         span = min(0.5, dt / 4)
@@ -207,6 +242,42 @@ class Renderer:
         carry[name] = cum[-1].copy()
         return cum
 
+    def _world_chunk(self, ch: Chunk, rng: np.random.Generator, cols: dict[str, Any], level: np.ndarray,
+                     resets: list[tuple[int, int, bool]], events: list[dict[str, Any]]) -> SimChunk:
+        """A drawn world's chunk: each node's own sample ticks, skew and jitter, null fields, late rows."""
+        plan, cfg = self.plan, self.plan.cfg
+        wp, world = plan.world, cfg.world
+        assert wp is not None and world is not None  # only called in a drawn world
+        nog = plan.node_of_gpu
+        ts_node = timestamps(world, cfg.start_ts, ch.a, ch.b, rng)
+        dflt = np.array(world.exporter_default)
+        nulls = {name: dflt[nog] for name in EXPORTER_DEFAULT_MISSING} if dflt.any() else None
+        gpu_tbl = self._gpu_table(ts_node, cols, ch.missing, keep=wp.gpu_sampled[ch.a:ch.b][:, nog], null_cols=nulls)
+        nop = np.repeat(np.arange(cfg.nodes), cfg.ports_per_node)
+        net_tbl = self._net_table(ch, rng, ts_node, level, resets, keep=wp.port_sampled[ch.a:ch.b][:, nop])
+        frac = world.rates["late_row_frac"]
+        order = late_order(gpu_tbl.num_rows, frac, rng)
+        gpu_tbl = gpu_tbl if order is None else gpu_tbl.take(pa.array(order))
+        order = late_order(net_tbl.num_rows, frac, rng)
+        net_tbl = net_tbl if order is None else net_tbl.take(pa.array(order))
+        index = {name: i for i, name in enumerate(plan.node_names)}
+        for ev in events:   # the kernel log is stamped by the node's own clock
+            ev["ts"] = round(ev["ts"] + world.skew_s[index[ev["node"]]], 3)
+        return SimChunk(gpu_tbl, net_tbl, events)
+
+    def _power_brakes(self, ch: Chunk) -> None:
+        """Rack-wide HW power brake on healthy nodes for a few minutes."""
+        wp, k = self.plan.world, self.plan.cfg.gpus_per_node
+        for a, b, nodes in wp.brakes if wp is not None else ():
+            lo, hi = max(a, ch.a) - ch.a, min(b, ch.b) - ch.a
+            if hi <= lo:
+                continue
+            for nd in nodes:
+                sl = slice(nd * k, (nd + 1) * k)
+                ch.throttle[lo:hi, sl] |= THROTTLE_HW_POWER_BRAKE | THROTTLE_HW_SLOWDOWN
+                ch.power_factor[lo:hi, sl] *= 0.5
+                ch.clock_factor[lo:hi, sl] *= 0.6
+
     def _xid(self, ch: Chunk, resets: list[tuple[int, int, bool]]) -> np.ndarray:
         xid = np.broadcast_to(self.xid, (ch.n, ch.G)).copy()
         k = self.plan.cfg.gpus_per_node
@@ -229,37 +300,47 @@ class Renderer:
         return {"ts": ts, "node": plan.node_names[node], "gpu": gpu, "source": "kmsg", "kind": "xid",
                 "code": code, "pci_bus_id": pci, "message": line}
 
-    def _gpu_table(self, ts_node: np.ndarray, cols: dict[str, Any], missing: np.ndarray) -> pa.Table:
+    def _gpu_table(self, ts_node: np.ndarray, cols: dict[str, Any], missing: np.ndarray,
+                   keep: np.ndarray | None = None, null_cols: dict[str, np.ndarray] | None = None) -> pa.Table:
+        """GPU rows; *keep* (n, G) selects the sampled ones, *null_cols* maps a column to GPUs (G,) lacking it."""
         plan, cfg = self.plan, self.plan.cfg
         n, G = missing.shape
         nog = plan.node_of_gpu
+        sel = None if keep is None else np.flatnonzero(keep.ravel())
+        pick = (lambda v: v) if sel is None else (lambda v: v[sel])  # noqa: E731
         arrays: dict[str, pa.Array] = {
-            "ts": pa.array(ts_node[:, nog].ravel()),
-            "node": _dict_col(np.broadcast_to(nog, (n, G)).ravel(), self.node_dict),
-            "gpu": pa.array(np.broadcast_to(np.arange(G) % cfg.gpus_per_node, (n, G)).ravel().astype(np.int16)),
-            "gpu_uuid": _dict_col(np.broadcast_to(np.arange(G), (n, G)).ravel(), self.uuid_dict),
-            "pci_bus_id": _dict_col(np.broadcast_to(np.arange(G) % cfg.gpus_per_node, (n, G)).ravel(), self.pci_dict),
+            "ts": pa.array(pick(ts_node[:, nog].ravel())),
+            "node": _dict_col(pick(np.broadcast_to(nog, (n, G)).ravel()), self.node_dict),
+            "gpu": pa.array(pick(np.broadcast_to(np.arange(G) % cfg.gpus_per_node, (n, G)).ravel().astype(np.int16))),
+            "gpu_uuid": _dict_col(pick(np.broadcast_to(np.arange(G), (n, G)).ravel()), self.uuid_dict),
+            "pci_bus_id": _dict_col(pick(np.broadcast_to(np.arange(G) % cfg.gpus_per_node, (n, G)).ravel()), self.pci_dict),
         }
         any_missing = missing.any()
-        flat_missing = missing.ravel() if any_missing else None
+        flat_missing = pick(missing.ravel()) if any_missing else None
         for f in self.gpu_schema:
             if f.name in arrays:
                 continue
-            v = np.asarray(cols[f.name]).ravel()
-            if any_missing:
-                arrays[f.name] = pa.array(v, mask=flat_missing).cast(f.type)
+            v = pick(np.asarray(cols[f.name]).ravel())
+            mask = flat_missing
+            if null_cols is not None and f.name in null_cols:
+                absent = pick(np.broadcast_to(null_cols[f.name], (n, G)).ravel())
+                mask = absent if mask is None else (mask | absent)
+            if mask is not None:
+                arrays[f.name] = pa.array(v, mask=mask).cast(f.type)
             else:
                 arrays[f.name] = pa.array(v).cast(f.type)
         return pa.Table.from_pydict(arrays, schema=self.gpu_schema)
 
     def _net_table(self, ch: Chunk, rng: np.random.Generator, ts_node: np.ndarray, level: np.ndarray,
-                   resets: list[tuple[int, int, bool]]) -> pa.Table:
+                   resets: list[tuple[int, int, bool]], keep: np.ndarray | None = None) -> pa.Table:
+        """Port rows; *keep* (n, NP) selects the sampled ones and makes error counters stick at their width."""
         cfg, plan = self.plan.cfg, self.plan
         P, NP, n, dt = cfg.ports_per_node, ch.NP, ch.n, cfg.interval_s
         nop = np.repeat(np.arange(cfg.nodes), P)
         up = ~ch.link_down
         act = (level[:, nop] > 0) & up
-        words = np.where(act, 12.5e9 * dt * rng.uniform(0.1, 0.3, (n, NP)) * level[:, nop], 0.0)
+        words_per_s = 12.5e9 if self.port_gbps is None else self.port_gbps * 12.5e9 / 400.0
+        words = np.where(act, words_per_s * dt * rng.uniform(0.1, 0.3, (n, NP)) * level[:, nop], 0.0)
         words_rx = words * rng.uniform(0.9, 1.1, (n, NP))
         inc = {
             "port_xmit_data": words.round(), "port_rcv_data": words_rx.round(),
@@ -277,20 +358,28 @@ class Renderer:
                     v[:, hit] += rng.poisson(r[:, hit])
             if v is not None:
                 inc[name] = v
+        sel = None if keep is None else np.flatnonzero(keep.ravel())
+        pick = (lambda v: v) if sel is None else (lambda v: v[sel])  # noqa: E731
         cols = {}
         for name in IB_COUNTERS:
-            cols[name] = pa.array(self._cumulate(inc.get(name), self.net_cum, name, resets, P, (n, NP),
-                                                 only_volatile=False).ravel())
-        down = ch.link_down.ravel().astype(np.int8)
+            cum = self._cumulate(inc.get(name), self.net_cum, name, resets, P, (n, NP), only_volatile=False)
+            if keep is not None:
+                cum = saturate_ib(name, cum)
+                if self.wrap_ports is not None and name in _DATA_32BIT:
+                    cum = np.where(self.wrap_ports, np.mod(cum, 2.0 ** 32), cum)
+            cols[name] = pa.array(pick(cum.ravel()))
+        down = pick(ch.link_down.ravel().astype(np.int8))
+        rows = down.size
         devs = pa.array([f"mlx5_{p}" for p in range(P)], pa.string())
         arrays = {
-            "ts": pa.array(ts_node[:, nop].ravel()),
-            "node": _dict_col(np.broadcast_to(nop, (n, NP)).ravel(), self.node_dict),
-            "device": _dict_col(np.broadcast_to(np.arange(NP) % P, (n, NP)).ravel(), devs),
-            "port": pa.array(np.ones(n * NP, np.int16)),
+            "ts": pa.array(pick(ts_node[:, nop].ravel())),
+            "node": _dict_col(pick(np.broadcast_to(nop, (n, NP)).ravel()), self.node_dict),
+            "device": _dict_col(pick(np.broadcast_to(np.arange(NP) % P, (n, NP)).ravel()), devs),
+            "port": pa.array(np.ones(rows, np.int16)),
             "link_state": _dict_col(down, pa.array(["ACTIVE", "DOWN"])),
             "phys_state": _dict_col(down, pa.array(["LinkUp", "Polling"])),
-            "rate_gbps": pa.array(np.full(n * NP, 400.0, np.float32)),
+            "rate_gbps": pa.array(np.full(rows, 400.0, np.float32) if self.port_gbps is None else pick(
+                np.broadcast_to(self.port_gbps, (n, NP)).ravel())),
         }
         arrays.update(cols)
         return pa.Table.from_pydict(arrays, schema=self.net_schema)

@@ -10,13 +10,20 @@ chunk size of the consumer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collector.xid import restart_app_codes
 from collector.schema import Action, FaultClass
 
+from .background import Background, draw_background
 from .config import FIELD_RATE_PER_NODE_DAY, SimConfig
+from .sampling import sample_masks
+from .workload import GpuTraits, draw_traits, hot_offsets, load_levels, power_brakes, serving_timelines
+
+if TYPE_CHECKING:
+    from .world import World
 
 #: Faults that hit one GPU; the others hit the node (or one of its network ports).
 GPU_FAULTS = frozenset({FaultClass.HBM_ECC, FaultClass.GPU_OFF_BUS, FaultClass.NVLINK,
@@ -82,6 +89,18 @@ def _note(inc: Incident) -> str:
 
 
 @dataclass
+class WorldPlan:
+    """What a drawn world adds to a plan (None in the home world)."""
+
+    traits: GpuTraits
+    background: Background
+    level: np.ndarray                 # (T, N) float32 load 0..1
+    gpu_sampled: np.ndarray           # (T, N) bool: base ticks each node samples its GPUs at
+    port_sampled: np.ndarray          # (T, N) bool: ... and its ports at
+    brakes: list[tuple[int, int, list[int]]]  # rack-wide power-brake events (a, b, nodes)
+
+
+@dataclass
 class FleetPlan:
     """Static traits and timelines of one simulated fleet."""
 
@@ -100,6 +119,7 @@ class FleetPlan:
     congestion: np.ndarray           # (T, N) float32, 0..1 intensity
     reboots: list[tuple[int, int]]   # (tick, node) healthy maintenance reboots
     incidents: list[Incident]
+    world: WorldPlan | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -124,14 +144,61 @@ def plan_fleet(cfg: SimConfig) -> FleetPlan:
     cong = _congestion(cfg, rng)
     reboots = _reboots(cfg, rng)
     incidents = _incidents(cfg, rng, job)
+    if cfg.world is not None:
+        serving_timelines(cfg.world, job, ckpt)
     # a failed node is idle (job killed, drained by its operators) until repaired
     for inc in incidents:
         hold = inc.repair if inc.fault is not FaultClass.APP_ERROR else inc.params["restart"]
         job[inc.failure:hold, inc.node] = False
         ckpt[inc.failure:hold, inc.node] = False
-    return FleetPlan(cfg, names, uuids, node_of_gpu, rng.normal(0, 2.0, G).astype(np.float32),
+    plan = FleetPlan(cfg, names, uuids, node_of_gpu, rng.normal(0, 2.0, G).astype(np.float32),
                      rng.normal(0, 20.0, G).astype(np.float32), sbe, pcie, hot.astype(np.float32), sym,
                      job, ckpt, cong, reboots, incidents)
+    if cfg.world is not None:
+        _plan_world(plan)
+    return plan
+
+
+def _plan_world(plan: FleetPlan) -> None:
+    """Draw the world's per-part details (own random stream: the home draws above are untouched)."""
+    cfg, world = plan.cfg, plan.cfg.world
+    if world is None:
+        return
+    rng = np.random.default_rng([cfg.seed, 0x3A7D])
+    T, dt = cfg.n_ticks, cfg.interval_s
+    traits = draw_traits(world, rng, cfg.gpus_per_node)
+    plan.node_hot = hot_offsets(world, traits, rng, cfg.gpus_per_node)
+    # the home confounders give way to the world's background
+    plan.sbe_rate_per_h = np.zeros(plan.n_gpus)
+    plan.pcie_rate_per_h = np.zeros(plan.n_gpus)
+    plan.port_symbol_rate_per_h = np.zeros(cfg.nodes * cfg.ports_per_node)
+    k = rng.poisson(world.rates["driver_reload_per_node_day"] * cfg.nodes * cfg.hours / 24)
+    plan.reboots = sorted(plan.reboots + [(int(rng.integers(1, T)), int(rng.integers(0, cfg.nodes)))
+                                          for _ in range(k)])
+    codes = tuple(world.ranges.app_xid_codes) or restart_app_codes()
+    for inc in plan.incidents:
+        _shape(inc, world, rng, codes)
+    level = load_levels(world, plan.job_active, plan.checkpoint, dt=dt, start_ts=cfg.start_ts, rng=rng)
+    gpu_mask, port_mask = sample_masks(world, T, rng)
+    bg = draw_background(world, rng, n_ticks=T, dt=dt, gpus_per_node=cfg.gpus_per_node,
+                         ports_per_node=cfg.ports_per_node, app_codes=codes)
+    plan.world = WorldPlan(traits, bg, level, gpu_mask, port_mask, power_brakes(world, rng, T, dt))
+
+
+def _shape(inc: Incident, world: "World", rng: np.random.Generator, codes: tuple[int, ...]) -> None:
+    """Random precursor shape, magnitude and intermittency; app XIDs from the whole RESTART_APP set."""
+    if inc.fault is FaultClass.APP_ERROR:
+        inc.code = int(codes[int(rng.integers(0, len(codes)))])
+        return
+    r = world.ranges
+    inc.params["shape"] = str(r.fault_shapes[int(rng.integers(0, len(r.fault_shapes)))])
+    lo, hi = r.fault_magnitude
+    inc.params["magnitude"] = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+    inc.params["step_at"] = float(rng.uniform(0.2, 0.8))
+    if rng.random() < r.intermittent_prob:
+        pattern = rng.random(24) < rng.uniform(*r.on_frac)
+        pattern[0] = True   # the precursor shows at its onset (the label's onset_ts)
+        inc.params["on_pattern"] = tuple(bool(x) for x in pattern)
 
 
 def _job_timelines(cfg: SimConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

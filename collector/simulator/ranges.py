@@ -1,0 +1,228 @@
+"""The ranges randomized worlds are drawn from: one home for every range, with unit and source.
+
+A *world* (:mod:`.world`) is one draw from a :class:`WorldRanges`: GPU generations,
+workload mix, sampling cadence and its defects, benign background on healthy parts,
+counters already high at recording start, and the shapes of fault precursors. Each
+field says its unit and where the range comes from; "FR §2 SBE" means the row *SBE*
+of table 2 in shared/research/field-rates.md, "(D)" a derived or assumed number where
+the research found none (its *Gaps* paragraph).
+
+``TRAINING`` is what models are trained and tuned on; ``SHIFTS`` are whole worlds
+*outside* those ranges (bench/bench_shift.py), never used for training or tuning.
+Seeds: training 201–299, tuning 301–399, shift suite 401–499.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+#: Counter widths of IB PortCounters (sysfs reads them; they stick at 2^w - 1, not wrap).
+#: Source: robust-detection.md §6 (OVIS LDMS: SymbolError/PortRcvErrors 16-bit, LinkErrorRecovery/
+#: LinkDowned 8-bit); the 4-bit ones are IBTA PortCounters, matching a healthy H100 node reading
+#: excessive_buffer_overrun_errors = 15 on all HCAs (issue 8).
+IB_COUNTER_BITS: dict[str, int] = {
+    "symbol_error": 16, "port_rcv_errors": 16, "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16, "port_xmit_discards": 16, "VL15_dropped": 16,
+    "link_error_recovery": 8, "link_downed": 8, "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8, "local_link_integrity_errors": 4, "excessive_buffer_overrun_errors": 4,
+}
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """Limits and operating points of one GPU generation (SXM parts)."""
+
+    name: str
+    power_limit_w: float          # board power limit; NVIDIA datasheets (A100 SXM 400 W, H100/H200 SXM 700 W)
+    idle_power_w: float           # W at idle clocks (D, typical nvidia-smi readings)
+    busy_power_w: float           # W added at full load below the limit (D)
+    max_sm_clock_mhz: float       # boost clock; datasheets (A100 1410, H100/H200 1980)
+    idle_sm_clock_mhz: float      # lowest P-state clock (D, nvidia-smi -q of idle parts)
+    mem_clock_mhz: float          # HBM clock (A100 HBM2e 1593, H100 HBM3 2619, H200 HBM3e 3201)
+    fb_total_mib: float           # framebuffer (80 GB, 80 GB, 141 GB parts)
+    max_operating_c: float        # FR §2 Thermal limits: SW thermal slowdown starts here
+    slowdown_c: float             # FR §2 Thermal limits: HW slowdown
+    shutdown_c: float             # FR §2 Thermal limits
+    idle_c: tuple[float, float]   # °C at idle, near inlet air (D)
+    busy_rise_c: tuple[float, float]  # °C above idle at full load (D; leaves 10–20 °C to max operating)
+    ib_gbps: float                # compute HCA link rate: DGX A100 HDR 200 Gb/s, DGX H100/H200 NDR 400 Gb/s
+
+
+GENERATIONS: dict[str, GpuProfile] = {
+    "A100": GpuProfile("A100", 400, 55, 320, 1410, 210, 1593, 81920, 85, 89, 92, (28, 36), (28, 38), 200),
+    "H100": GpuProfile("H100", 700, 70, 560, 1980, 345, 2619, 81559, 87, 89, 92, (28, 38), (30, 40), 400),
+    # H200 SXM: no nvidia-smi dump in the research; the same package and cooling as H100 (D)
+    "H200": GpuProfile("H200", 700, 75, 580, 1980, 345, 3201, 143771, 87, 89, 92, (28, 38), (31, 41), 400),
+}
+
+#: Fields a dcgm-exporter on its default counter set does not export (null, never 0).
+#: robust-detection.md §6 "dcgm-exporter defaults": ECC, retired-page and NVLink error
+#: counters commented out; violation times and the pending-remap gauge not in the default set.
+EXPORTER_DEFAULT_MISSING: tuple[str, ...] = (
+    "ecc_sbe_vol", "ecc_dbe_vol", "ecc_sbe_agg", "ecc_dbe_agg", "retired_pages_sbe", "retired_pages_dbe",
+    "retired_pages_pending", "nvlink_crc_flit_err", "nvlink_crc_data_err", "nvlink_replay_err",
+    "nvlink_recovery_err", "thermal_violation_us", "power_violation_us", "row_remap_pending",
+)
+
+
+@dataclass(frozen=True)
+class WorldRanges:
+    """Ranges a world is drawn from. Pairs are (low, high), drawn uniformly unless noted."""
+
+    #: the ranges' name: "train", or shift-NAME for the suite (manifest "world"."ranges")
+    name: str = "train"
+    # ---- fleet
+    #: generations a world may use; FR §2 Thermal limits (A100, H100). H200 held out for the suite.
+    generations: tuple[str, ...] = ("A100", "H100")
+    #: probability the fleet mixes generations by node (else one generation for all); (D)
+    mixed_fleet_prob: float = 0.3
+    #: nodes per rack (power-brake events hit a rack); typical 4 DGX per rack (D)
+    rack_nodes: tuple[int, int] = (4, 8)
+    #: IB HCA ports per node, one value per world: 8 compute HCAs, or 8 + 1 storage (issue 8: "all 9 HCAs")
+    ports_per_node_choices: tuple[int, ...] = (8, 9)
+    # ---- workload (fractions of nodes; the rest run training jobs that start and stop)
+    #: idle nodes: idle clocks, near-ambient temperature; (D)
+    idle_node_frac: tuple[float, float] = (0.0, 0.15)
+    #: inference nodes with a diurnal load; FR §2 Throttling (Llama 3 diurnal variation)
+    inference_node_frac: tuple[float, float] = (0.0, 0.35)
+    #: share of busy samples at the SW power cap; FR §2 Throttling ("SW power cap is routine")
+    power_cap_frac: tuple[float, float] = (0.02, 0.2)
+    #: hot-but-healthy nodes whose busy temperature sits within a few °C of max operating; FR §2 Thermal
+    hot_node_frac: tuple[float, float] = (0.0, 0.1)
+    #: rack-wide HW power-brake events on healthy nodes, per rack-day; duration s; (D, Delta power events FR §1)
+    power_brake_per_rack_day: tuple[float, float] = (0.0, 0.5)
+    power_brake_s: tuple[float, float] = (60, 300)
+    # ---- sampling
+    #: GPU sampling intervals a node may get, s; DCGM/NVML pollers run at 1–60 s (telemetry.md §1);
+    #: training keeps 5–30 s so 1–2 s and 60 s stay out-of-range for the suite
+    interval_choices_s: tuple[float, ...] = (5, 10, 15, 20, 30)
+    #: probability a world mixes 2–3 interval groups across nodes (else one interval); (D)
+    mixed_interval_prob: float = 0.5
+    #: port-counter cadence choices, s; 0 = same as the node's GPU samples (D)
+    port_interval_choices_s: tuple[float, ...] = (0, 0, 30)
+    #: per-sample timing jitter, fraction of the node's interval (uniform ±); (D)
+    jitter_frac: tuple[float, float] = (0.0, 0.1)
+    #: per-node clock skew, s (normal, this sd); NTP-synced hosts (D); RD §6 (scraper stamps samples)
+    skew_sd_s: tuple[float, float] = (0.0, 2.0)
+    #: exporter restarts per node-day, each a gap of gap_s seconds with no samples; (D)
+    gap_per_node_day: tuple[float, float] = (0.0, 1.0)
+    gap_s: tuple[float, float] = (20, 300)
+    #: share of rows written late (out of order within a chunk); spec/recording.md allows any order
+    late_row_frac: tuple[float, float] = (0.0, 0.005)
+    #: driver reloads per node-day: volatile counters back to 0; RD §6 (volatile ECC resets on driver load)
+    driver_reload_per_node_day: tuple[float, float] = (0.0, 0.2)
+    #: share of nodes on dcgm-exporter's default counter set (EXPORTER_DEFAULT_MISSING null); RD §6
+    exporter_default_node_frac: tuple[float, float] = (0.0, 0.3)
+    #: share of nodes whose port data/packet counters are 32-bit and wrap (RD §6 counter widths:
+    #: data 32-bit in PortCounters; delta = current + 2^32 - previous); most HCAs report 64-bit (D)
+    wrap_data_node_frac: tuple[float, float] = (0.0, 0.1)
+    # ---- benign background on healthy parts (zero-inflated, heavy-tailed, per part)
+    #: share of GPUs that ever log SBE; FR §2 SBE (about 5 % of A100s; Titan < 5 %)
+    sbe_gpu_frac: tuple[float, float] = (0.02, 0.08)
+    #: median SBE rate of those GPUs, per hour (lognormal, sd 1.5 in log); FR §2 SBE (0.5–2.8 per GPU-day fleet)
+    sbe_rate_per_h: tuple[float, float] = (0.05, 1.0)
+    #: chronic cards per world (a card with 20–200 SBE/h that never fails); FR §2 SBE (98 % from 10 cards)
+    chronic_sbe_cards: tuple[int, int] = (0, 2)
+    #: SBE bursts per GPU-day (100–5000 SBE in 1–30 min, a row remap + pending, XID 63/92); FR §2 SBE
+    #: (Delta logged 112,656 in a day); the bursts never end in a failure
+    sbe_burst_per_gpu_day: tuple[float, float] = (0.0, 0.01)
+    #: share of GPUs with a PCIe replay trickle, and its rate per minute; FR §2 PCIe (≈0) and FR §4 DCGM
+    #: (WARN at 16–31/min): kept 10x below the warning
+    pcie_gpu_frac: tuple[float, float] = (0.0, 0.04)
+    pcie_rate_per_min: tuple[float, float] = (0.01, 1.5)
+    #: ceiling on any one GPU's PCIe trickle, per minute: 4 keeps it 4x under DCGM's 16/min warning (FR §4)
+    pcie_cap_per_min: float = 4.0
+    #: share of GPUs with an NVLink CRC trickle, and its rate per minute; FR §3 NVLink (DCGM: matters at
+    #: 100+/s) — kept far below, and below the 5/min a failing link starts at
+    nvlink_gpu_frac: tuple[float, float] = (0.0, 0.05)
+    nvlink_rate_per_min: tuple[float, float] = (0.01, 3.0)
+    #: share of IB ports with a steady error trickle (rcv errors, symbol errors, buffer overruns),
+    #: rate per hour; FR §2 IB symbol errors (raw BER never zero; post-FEC rare); below NVSentinel's
+    #: symbol_error 120/h (FR §4)
+    ib_noisy_port_frac: tuple[float, float] = (0.03, 0.25)
+    ib_rate_per_h: tuple[float, float] = (0.05, 10.0)
+    #: ceiling on any one port's trickle, per hour: under NVSentinel's 120 symbol errors/h (FR §4)
+    ib_cap_per_h: float = 100.0
+    #: IB error bursts per port-day (tens to thousands of rcv/symbol errors in minutes); (D)
+    ib_burst_per_port_day: tuple[float, float] = (0.0, 0.03)
+    #: link flaps per port-day that recover (state not ACTIVE for flap_s, link_downed +1); FR §2 Link flaps
+    link_flap_per_port_day: tuple[float, float] = (0.0, 0.03)
+    flap_s: tuple[float, float] = (5, 90)
+    #: application XIDs (all RESTART_APP codes) per GPU-day as unlabelled background; FR §2 Application XIDs
+    app_xid_per_gpu_day: tuple[float, float] = (0.005, 0.05)
+    #: informational XIDs 63/92 per GPU-day with no failure; FR §1 Delta XIDs (63 frequent, no failure)
+    info_xid_per_gpu_day: tuple[float, float] = (0.0, 0.005)
+    #: application XID codes; empty = every RESTART_APP code of NVIDIA's catalogue (collector/xid.py)
+    app_xid_codes: tuple[int, ...] = ()
+    # ---- counters already high at recording start
+    #: share of GPUs with legacy history (aggregate SBE, remapped rows); FR §2 SBE, FR §3 Row remaps
+    legacy_gpu_frac: tuple[float, float] = (0.05, 0.4)
+    #: share of ports with legacy IB counts, and of those, share stuck at the counter width; RD §6
+    legacy_port_frac: tuple[float, float] = (0.2, 0.9)
+    saturated_port_frac: tuple[float, float] = (0.0, 0.05)
+    # ---- fault signatures (around today's per-class effects in faults.py)
+    #: precursor growth shapes drawn per incident
+    fault_shapes: tuple[str, ...] = ("exp", "linear", "step")
+    #: magnitude factor on precursor rates (log-uniform); (D)
+    fault_magnitude: tuple[float, float] = (0.4, 2.5)
+    #: factor on each class's lead-time range (log-uniform); FR §3 (no lead-time distribution published)
+    lead_scale: tuple[float, float] = (0.6, 1.6)
+    #: probability a precursor is intermittent (on/off), and the on-share when it is; (D)
+    intermittent_prob: float = 0.3
+    on_frac: tuple[float, float] = (0.35, 0.8)
+    #: failure-rate multiplier, as SimConfig.rate_multiplier (1 = field rate, FR §1 Llama 3)
+    rate_multiplier: tuple[float, float] = (100, 200)
+    #: notes for the manifest (what a shifted world changes)
+    shift: str = ""
+
+
+TRAINING = WorldRanges()
+
+
+def _x10(r: tuple[float, float]) -> tuple[float, float]:
+    """Ten times the range, starting no lower than the training range's top (so it lies outside it)."""
+    return (max(r[0] * 10, r[1]), r[1] * 10)
+
+
+#: Whole worlds outside TRAINING, for the shift suite (never train or tune on them).
+SHIFTS: dict[str, WorldRanges] = {
+    "shift-background-x10": replace(
+        TRAINING, name="shift-background-x10", shift="benign background rates x10",
+        sbe_gpu_frac=(0.15, 0.3), sbe_rate_per_h=_x10(TRAINING.sbe_rate_per_h), chronic_sbe_cards=(3, 8),
+        sbe_burst_per_gpu_day=_x10(TRAINING.sbe_burst_per_gpu_day), pcie_gpu_frac=(0.1, 0.3),
+        pcie_rate_per_min=_x10(TRAINING.pcie_rate_per_min), nvlink_gpu_frac=(0.1, 0.3),
+        nvlink_rate_per_min=_x10(TRAINING.nvlink_rate_per_min),
+        ib_noisy_port_frac=(0.3, 0.8), ib_rate_per_h=_x10(TRAINING.ib_rate_per_h),
+        ib_burst_per_port_day=_x10(TRAINING.ib_burst_per_port_day),
+        link_flap_per_port_day=_x10(TRAINING.link_flap_per_port_day),
+        app_xid_per_gpu_day=_x10(TRAINING.app_xid_per_gpu_day),
+        info_xid_per_gpu_day=_x10(TRAINING.info_xid_per_gpu_day),
+        pcie_cap_per_min=15.0, ib_cap_per_h=1000.0),
+    "shift-interval-60s": replace(TRAINING, name="shift-interval-60s", shift="every node sampled at 60 s",
+                                  interval_choices_s=(60,), port_interval_choices_s=(0,)),
+    "shift-interval-2s": replace(TRAINING, name="shift-interval-2s", shift="every node sampled at 2 s",
+                                 interval_choices_s=(2,), port_interval_choices_s=(0,)),
+    "shift-h200": replace(TRAINING, name="shift-h200", shift="H200 only (generation held out of training)",
+                          generations=("H200",), mixed_fleet_prob=0.0),
+    "shift-messy": replace(
+        TRAINING, name="shift-messy", shift="skew, late rows, gaps, missing fields, saturated counters, resets",
+        skew_sd_s=(5.0, 15.0), late_row_frac=(0.02, 0.05), wrap_data_node_frac=(0.3, 0.5),
+        gap_per_node_day=(3.0, 6.0), gap_s=(60, 1200),
+        jitter_frac=(0.15, 0.3), driver_reload_per_node_day=(0.5, 1.5), exporter_default_node_frac=(0.4, 0.6),
+        legacy_port_frac=(0.9, 1.0), saturated_port_frac=(0.15, 0.3), legacy_gpu_frac=(0.5, 0.8)),
+    "shift-mixed-fleet": replace(
+        TRAINING, name="shift-mixed-fleet", shift="A100+H100+H200 by node, every interval group mixed, "
+        "heavy idle/inference share", generations=("A100", "H100", "H200"), mixed_fleet_prob=1.0,
+        interval_choices_s=(2, 10, 30, 60), mixed_interval_prob=1.0, idle_node_frac=(0.2, 0.3),
+        inference_node_frac=(0.4, 0.5), port_interval_choices_s=(60,)),
+}
+
+RANGES: dict[str, WorldRanges] = {"train": TRAINING, **SHIFTS}
+
+
+def ranges_by_name(name: str) -> WorldRanges:
+    """The named ranges; an unknown name fails listing the valid ones."""
+    try:
+        return RANGES[name]
+    except KeyError:
+        raise ValueError(f"unknown world ranges {name!r}; valid: {', '.join(sorted(RANGES))}") from None

@@ -1,0 +1,229 @@
+"""Randomized simulator worlds: drawn per recording, recorded, reproducible, messy the way real fleets are."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from dataclasses import fields, replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from collector.recording import open_recording
+from collector.simulator import (
+    SHIFTS,
+    TRAINING,
+    SimConfig,
+    Simulator,
+    WorldRanges,
+    draw_world,
+    ranges_by_name,
+    simulate_recording,
+    world_config,
+)
+from collector.simulator import ranges as ranges_module
+from collector.simulator.ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS
+from collector.xid import catalog
+
+RESTART_APP = tuple(sorted(c for c, e in catalog().items() if e.immediate_action == "RESTART_APP"))
+
+#: a world where every messy axis is certainly on, so small fleets show each of them
+BUSY = replace(TRAINING, name="test-busy", interval_choices_s=(5, 10, 20), mixed_interval_prob=1.0,
+               exporter_default_node_frac=(0.3, 0.3), legacy_gpu_frac=(0.5, 0.5), legacy_port_frac=(0.9, 0.9),
+               saturated_port_frac=(0.3, 0.3), ib_noisy_port_frac=(0.4, 0.4), ib_rate_per_h=(5, 10),
+               sbe_gpu_frac=(0.1, 0.1), link_flap_per_port_day=(1.0, 1.0), late_row_frac=(0.01, 0.01),
+               app_xid_per_gpu_day=(0.5, 0.5), app_xid_codes=RESTART_APP, generations=("A100", "H100", "H200"),
+               mixed_fleet_prob=1.0)
+
+
+def _cfg(seed=211, ranges=BUSY, nodes=12, hours=2.0, **kw):
+    return world_config(SimConfig(nodes=nodes, hours=hours, seed=seed, **kw), draw_world(seed, ranges, nodes))
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("world") / "rec"
+    cfg = _cfg()
+    simulate_recording(cfg, out)
+    rec = open_recording(out)
+    return cfg, rec, rec.read_all("gpu"), rec.read_all("net"), rec.events(), rec.incidents()
+
+
+def test_the_world_is_recorded_in_the_manifest_and_reproducible_from_the_seed(busy):
+    cfg, rec, *_ = busy
+    manifest = json.loads((rec.path / "manifest.json").read_text())
+    world = manifest["world"]
+    assert world["seed"] == 211 and world["ranges"] == "test-busy"
+    assert world["nodes"]["generation"] == list(cfg.world.generation)
+    assert json.dumps(draw_world(211, BUSY, 12).to_json(), sort_keys=True) == json.dumps(world, sort_keys=True)
+
+    def digest(seed):
+        sim = Simulator(_cfg(seed=seed, nodes=4, hours=1))
+        cols = [np.concatenate([ch.gpu.column("ecc_sbe_agg").to_numpy(zero_copy_only=False) for ch in sim.chunks()])]
+        return cols[0], json.dumps(sim.incidents(), sort_keys=True), sim.manifest().to_json()["world"]
+
+    a, b, c = digest(5), digest(5), digest(6)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[1:] == b[1:] and a[2] != c[2]
+
+
+def test_the_recording_reads_back_through_the_contract_without_rejections(busy):
+    _, rec, gpu, net, *_ = busy
+    raw = pd.read_parquet(rec.path / "gpu.parquet")
+    assert len(raw) == len(gpu) and len(pd.read_parquet(rec.path / "net.parquet")) == len(net)
+    rejected = sum(len(w.rejected) for w in rec.iter_windows(600.0))
+    assert rejected == 0
+    # some rows were written late: the file is not in time order, the reader sorts it
+    assert (np.diff(raw["ts"].to_numpy()) < -5).any()
+
+
+def test_healthy_parts_get_benign_background_errors(busy):
+    _, _, gpu, net, _, incidents = busy
+    faulty_nodes = {i["node"] for i in incidents if i["fault"] != "app_error"}
+    healthy = net[~net["node"].isin(faulty_nodes)].sort_values("ts")
+    grow = healthy.groupby(["node", "device"])["port_rcv_errors"].agg(lambda s: s.iloc[-1] - s.iloc[0])
+    assert (grow > 0).sum() >= 3, "no healthy port trickles receive errors"
+    flaps = healthy[healthy["link_state"] != "ACTIVE"]
+    assert len(flaps) and set(flaps["node"]) <= set(healthy["node"])
+    g = gpu[~gpu["node"].isin(faulty_nodes)].sort_values("ts")
+    sbe = g.groupby(["node", "gpu"])["ecc_sbe_vol"].agg(lambda s: s.max() - s.min())
+    assert (sbe > 0).any(), "no healthy GPU logs SBE"
+
+
+def test_sampling_intervals_differ_between_nodes_when_the_world_mixes_them(busy):
+    cfg, _, gpu, *_ = busy
+    assert len(set(cfg.world.node_interval_s)) > 1
+    per_node = gpu[gpu["gpu"] == 0].sort_values("ts").groupby("node")["ts"].apply(lambda s: np.median(np.diff(s)))
+    want = dict(zip(cfg.node_names(), cfg.world.node_interval_s))
+    for node, med in per_node.items():
+        assert abs(med - want[node]) < 0.3 * want[node], (node, med, want[node])
+    assert per_node.round().nunique() > 1
+
+
+def test_fields_a_default_exporter_lacks_are_null_not_zero(busy):
+    cfg, _, gpu, *_ = busy
+    default = {n for n, d in zip(cfg.node_names(), cfg.world.exporter_default) if d}
+    assert default, "the test world has no node on the default exporter set"
+    lacking = gpu[gpu["node"].isin(default)]
+    full = gpu[~gpu["node"].isin(default) & gpu["util_gpu"].notna()]
+    for col in EXPORTER_DEFAULT_MISSING:
+        assert lacking[col].isna().all(), col
+        assert full[col].notna().all(), col
+    assert lacking["util_gpu"].notna().any() and lacking["remapped_rows_corr"].notna().any()
+
+
+def test_lifetime_counters_start_non_zero_and_narrow_ib_counters_stick_at_their_width(busy):
+    _, _, gpu, net, *_ = busy
+    first = gpu.sort_values("ts").groupby(["node", "gpu"]).first()
+    assert (first["ecc_sbe_agg"].dropna() > 0).mean() > 0.2
+    assert (first["remapped_rows_corr"] > 0).any()
+    assert (first["thermal_violation_us"].dropna() > 0).all()
+    last = net.groupby(["node", "device"])[["symbol_error", "link_downed", "excessive_buffer_overrun_errors"]].max()
+    assert (last["symbol_error"] <= 65535).all() and (last["link_downed"] <= 255).all()
+    assert (last["excessive_buffer_overrun_errors"] <= 15).all()
+    assert ((last["symbol_error"] == 65535) | (last["link_downed"] == 255)
+            | (last["excessive_buffer_overrun_errors"] == 15)).any()
+
+
+def test_background_is_never_labelled_as_an_incident(tmp_path):
+    quiet = replace(BUSY, rate_multiplier=(0.0, 0.0), sbe_burst_per_gpu_day=(3.0, 3.0), info_xid_per_gpu_day=(0.5, 0.5))
+    cfg = _cfg(seed=212, ranges=quiet, nodes=8, hours=2)
+    summary = simulate_recording(cfg, tmp_path / "rec")
+    rec = open_recording(tmp_path / "rec")
+    assert summary.incidents == [] and (rec.incidents() or []) == []
+    codes = set(rec.events()["code"].astype(int))
+    assert codes & {63, 92} and codes - {63, 92}, codes   # remaps, SBE-rate and app XIDs all happened
+    assert (rec.read_all("gpu")["row_remap_pending"] == 1).any()
+
+
+def test_app_xids_come_from_every_restart_app_code_of_the_catalogue(busy):
+    _, _, _, _, events, incidents = busy
+    codes = set(events["code"].astype(int))
+    assert len(codes & set(RESTART_APP)) >= 5 and codes - {13, 31, 43}
+    app = [i for i in incidents if i["fault"] == "app_error"]
+    assert all(i["action"] == "none" for i in app)
+
+
+def test_the_home_world_has_no_world_entry_and_keeps_one_interval():
+    sim = Simulator(SimConfig(nodes=2, hours=0.5, seed=1))
+    assert "world" not in sim.manifest().to_json() and sim.plan.world is None
+
+
+def test_generation_profiles_set_limits_and_clocks(busy):
+    cfg, _, gpu, *_ = busy
+    gen = dict(zip(cfg.node_names(), cfg.world.generation))
+    g = gpu.assign(gen=gpu["node"].map(gen))
+    for name, prof in GENERATIONS.items():
+        part = g[g["gen"] == name]
+        if len(part):
+            assert (part["power_limit_w"] == prof.power_limit_w).all()
+            assert part["sm_clock_mhz"].max() <= prof.max_sm_clock_mhz + 15
+
+
+def test_shift_worlds_lie_outside_the_training_ranges():
+    assert "H200" not in TRAINING.generations and SHIFTS["shift-h200"].generations == ("H200",)
+    assert 60 not in TRAINING.interval_choices_s and 2 not in TRAINING.interval_choices_s
+    x10 = SHIFTS["shift-background-x10"]
+    for name in ("sbe_gpu_frac", "sbe_rate_per_h", "sbe_burst_per_gpu_day", "pcie_gpu_frac", "pcie_rate_per_min",
+                 "nvlink_gpu_frac", "nvlink_rate_per_min", "ib_noisy_port_frac", "ib_rate_per_h", "ib_burst_per_port_day",
+                 "link_flap_per_port_day", "app_xid_per_gpu_day", "info_xid_per_gpu_day"):
+        assert getattr(x10, name)[0] >= getattr(TRAINING, name)[1], name
+    assert SHIFTS["shift-messy"].skew_sd_s[0] > TRAINING.skew_sd_s[1]
+    with pytest.raises(ValueError, match="valid: "):
+        ranges_by_name("shift-nowhere")
+
+
+def test_every_range_documents_its_unit_and_source():
+    tree = ast.parse(inspect.getsource(ranges_module))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorldRanges")
+    lines = inspect.getsource(ranges_module).splitlines()
+    documented = False
+    for stmt in cls.body:
+        if not isinstance(stmt, ast.AnnAssign):
+            continue
+        above = lines[stmt.lineno - 2].strip()
+        if above.startswith("#:") or above.startswith("#"):
+            documented = True
+        elif not documented or not lines[stmt.lineno - 2].strip():
+            documented = False
+        name = stmt.target.id  # type: ignore[attr-defined]
+        assert documented, f"WorldRanges.{name} has no comment with unit and source"
+    assert {f.name for f in fields(WorldRanges)} >= {"interval_choices_s", "sbe_gpu_frac", "ib_rate_per_h"}
+
+
+def test_faults_in_a_randomized_world_keep_exact_labels_and_show_their_precursors(tmp_path):
+    from collector.schema import FaultClass
+
+    many = replace(BUSY, rate_multiplier=(4000, 4000), exporter_default_node_frac=(0.0, 0.0), gap_per_node_day=(0, 0))
+    mix = {FaultClass.HBM_ECC: 1.0, FaultClass.NVLINK: 1.0, FaultClass.PCIE: 1.0, FaultClass.APP_ERROR: 1.0}
+    cfg = world_config(SimConfig(nodes=16, hours=6, seed=213, mix=mix),
+                       draw_world(213, many, 16))
+    simulate_recording(cfg, tmp_path / "rec")
+    rec = open_recording(tmp_path / "rec")
+    gpu, incidents = rec.read_all("gpu"), rec.incidents()
+    shown, checked = 0, 0
+    for inc in incidents:
+        assert inc["onset_ts"] is None or inc["onset_ts"] < inc["failure_ts"]
+        if inc["fault"] == "app_error":
+            assert inc["action"] == "none" and inc["onset_ts"] is None
+        col = {"hbm_ecc": "ecc_sbe_vol", "nvlink": "nvlink_crc_flit_err", "pcie": "pcie_replay"}.get(inc["fault"])
+        if not inc["predictable"] or col is None or inc["failure_ts"] - inc["onset_ts"] < 600:
+            continue
+        sel = gpu[(gpu["node"] == inc["node"]) & (gpu["gpu"] == inc["gpu"]) & (gpu["ts"] >= inc["onset_ts"] - 30)
+                  & (gpu["ts"] < inc["failure_ts"] - 1)].sort_values("ts")[col].dropna()
+        checked += 1
+        shown += bool(len(sel) and sel.iloc[-1] > sel.iloc[0])
+    assert checked >= 5 and shown >= 0.8 * checked, (shown, checked)
+
+
+def test_32_bit_data_counters_wrap_on_the_nodes_drawn_to_read_them(tmp_path):
+    wrapping = replace(BUSY, wrap_data_node_frac=(1.0, 1.0), ports_per_node_choices=(9,))
+    cfg = _cfg(seed=214, ranges=wrapping, nodes=3, hours=0.5)
+    assert cfg.ports_per_node == 9 and all(cfg.world.wrap_data)
+    simulate_recording(cfg, tmp_path / "rec")
+    net = open_recording(tmp_path / "rec").read_all("net")
+    assert net["device"].nunique() == 9 and net["port_xmit_data"].max() < 2 ** 32
+    d = net.sort_values("ts").groupby(["node", "device"])["port_xmit_data"].diff()
+    assert (d < 0).any()
