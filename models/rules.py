@@ -102,16 +102,23 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          "uncorrectable (double-bit) ECC errors: {value:.0f}/h"),
     xid_rule("nvlink", "XID 74 / 144-150: NVLink error"),
     xid_rule("nvlink", "XID 74 / 144-150: NVLink error", on_node=True),
-    Rule("ib_link_down", "net_link_downed_per_min_short", 0, _F.IB_LINK, _A.DRAIN,
-         "InfiniBand link went down ({value:.2f}/min)"),
     Rule("ib_port_not_active", "net_port_down_after_active_s", PORT_DOWN_SUSTAINED_S, _F.IB_LINK, _A.DRAIN,
          "InfiniBand port not ACTIVE for {value:.0f} s after being ACTIVE", inclusive=True),
     Rule("hw_thermal", "throttle_hw_thermal_frac_short", 0.5, _F.THERMAL, _A.DRAIN,
          "hardware thermal slowdown {value:.0%} of the time"),
-    Rule("hw_power_brake", "throttle_hw_power_brake_frac_short", 0.5, _F.POWER, _A.DRAIN,
-         "hardware power brake {value:.0%} of the time"),
+    # a rack's power brake for a minute or five is a facility event that healthy nodes ride out;
+    # a node held back by its brake for 10 of the last 30 minutes has lost power delivery
+    Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", 1 / 3, _F.POWER, _A.DRAIN,
+         "hardware power brake {value:.0%} of the last 30 min, and still on",
+         requires=(("throttle_hw_power_brake_frac_short", 0.5),)),
     Rule("pcie_replay_storm", "pcie_replay_per_min_short", 1000, _F.PCIE, _A.DRAIN,
          "PCIe replay storm: {value:.0f}/min"),
+    # alert-only rules come last: on a row where an acting rule fires too, the acting rule wins.
+    # A link that went down and came back is a flap: healthy fabrics flap thousands of times a
+    # day (field-rates.md §2) and ByteRobust evicts for network alerts only on repetition, so one
+    # tells a person and corroborates an ib_link prediction; a port that stays down drains (above)
+    Rule("ib_link_down", "net_link_downed_per_min_short", 0, _F.IB_LINK, _A.ALERT,
+         "InfiniBand link went down and came back ({value:.2f}/min)"),
 )
 
 

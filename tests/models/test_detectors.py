@@ -205,3 +205,25 @@ def test_failure_probability_never_drops_as_an_error_rate_grows():
     probe[:, col("pcie_replay_per_min_short")] = [0, 10, 60, 150, 1000, 10000]
     p = clf.score(probe).p
     assert np.all(np.diff(p) >= 0) and p[-1] > 0.5
+
+
+def _rule_on(**features):
+    x = np.zeros((1, F), np.float32)
+    for k, v in features.items():
+        x[0, col(k)] = v
+    det = RulesDetector(FEATURE_NAMES)
+    k = int(det.score(x).detail["rule"][0])
+    return None if k < 0 else det.rules[k]
+
+
+def test_a_link_flap_that_recovers_alerts_but_a_port_that_stays_down_drains():
+    flap = _rule_on(net_link_downed_per_min_short=1.0)
+    assert flap is not None and flap.action.value == "alert"
+    down = _rule_on(net_link_downed_per_min_short=1.0, net_port_down_after_active_s=180.0)
+    assert down is not None and down.action.value == "drain"
+
+
+def test_a_brief_power_brake_is_ridden_out_and_a_sustained_one_drains():
+    assert _rule_on(throttle_hw_power_brake_frac_short=1.0, throttle_hw_power_brake_frac_long=0.1) is None
+    held = _rule_on(throttle_hw_power_brake_frac_short=1.0, throttle_hw_power_brake_frac_long=0.5)
+    assert held is not None and held.name == "hw_power_brake" and held.action.value == "drain"

@@ -1,0 +1,134 @@
+"""Detection judged on worlds the model was not trained or tuned on, against issue 8's bar.
+
+Usage::
+
+    python bench/bench_robustness.py --model DIR --suite worlds/shift [--home 1 2 3 4 5 6]
+        [--tuning worlds/tune-301 ...] [--validation ../shared/validation/v1 ...]
+        [--policy FILE] [--jobs 2] [--write bench/results/robustness.md]
+
+Each recording is replayed (dry run) through the model policy and the rules-only baseline
+(:class:`api.replay.Replayer`, one pass) and scored per spec/recording.md. Groups are kept
+apart in the table: **shift** (bench/bench_shift.py, parameters outside the training ranges),
+**home** (the simulator's own world, seeds 1–6, for "no regression"), **tuning** (where
+thresholds were chosen: shown, never a headline) and **validation** (recordings of an
+independent generator: held out, never trained or tuned on). A row passes when recall ≥ 0.95,
+predictive recall ≥ 0.80, false drains/resets ≤ 10 and alerts ≤ 100 per 1,000 node-days, and
+no action lands on an application XID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BAR = {"recall": 0.95, "predictive_recall": 0.80, "false_per_1k": 10.0, "alerts_per_1k": 100.0}
+
+
+def _one(args: tuple[str, str, str, str | None, str | None]) -> dict:
+    group, name, path, model, policy = args
+    from api.replay import Replayer, build_report
+    from models.bundle import ModelBundle, default_model_path
+    from remediation.config import load_policy_config
+
+    cfg = load_policy_config(policy)
+    bundle = ModelBundle.load(model or default_model_path())
+    result = Replayer(bundle, cfg).run(path)
+    rep = build_report(path, result, {}, cfg)
+    out = {"group": group, "name": name, "path": path, "stats": result.stats}
+    for who in ("model", "rules_baseline"):
+        m = rep["metrics"][who]
+        out[who] = {k: m.get(k) for k in ("recall", "predictive_recall", "false_actions_per_1k_node_days",
+                                          "false_actions", "actions_on_app_errors", "alerts_per_1k_node_days",
+                                          "node_fault_incidents", "caught", "predictable", "caught_predictively",
+                                          "median_lead_s", "actions_by_grade", "node_days")}
+        out[who]["per_class"] = {c: (v.get("caught"), v.get("incidents")) for c, v in (m.get("per_class") or {}).items()}
+    out["false_reasons"] = _false_reasons(rep)
+    return out
+
+
+def _false_reasons(rep: dict) -> list[str]:
+    """Short reasons of the model's false drains/resets (what to look at next)."""
+    inc = rep.get("incidents") or []
+    out = []
+    for d in rep["decisions"]:
+        if d.get("action") not in ("drain", "reset"):
+            continue
+        hit = any(i["node"] == d["node"] and i["fault"] != "app_error" and d["ts"] <= i["failure_ts"] + 300
+                  and d["ts"] >= (i.get("onset_ts") or i["failure_ts"]) - 3600 for i in inc)
+        if not hit:
+            out.append(f"{d['source']}/{d.get('fault')}: {d['reason'][:110]}")
+    return out
+
+
+def _ok(m: dict) -> bool:
+    return ((m["recall"] or 0) >= BAR["recall"] and (m["predictive_recall"] if m["predictive_recall"] is not None
+            else 1) >= BAR["predictive_recall"] and (m["false_actions_per_1k_node_days"] or 0) <= BAR["false_per_1k"]
+            and (m.get("alerts_per_1k_node_days") or 0) <= BAR["alerts_per_1k"] and not m["actions_on_app_errors"])
+
+
+def _f(x: float | None, nd: int = 2) -> str:
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| group | recording | recall (model / rules) | predictive recall (model / rules) | median lead | "
+             "false drains+resets per 1k node-days (model / rules) | on app XIDs | alerts per 1k node-days | bar |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m, b = r["model"], r["rules_baseline"]
+        lead = f"{m['median_lead_s'] / 60:.0f} min" if m.get("median_lead_s") is not None else "—"
+        lines.append(
+            f"| {r['group']} | {r['name']} | {_f(m['recall'])} ({m['caught']}/{m['node_fault_incidents']}) / "
+            f"{_f(b['recall'])} | {_f(m['predictive_recall'])} ({m['caught_predictively']}/{m['predictable']}) / "
+            f"{_f(b['predictive_recall'])} | {lead} | {_f(m['false_actions_per_1k_node_days'], 1)} "
+            f"({m['false_actions']}) / {_f(b['false_actions_per_1k_node_days'], 1)} | {m['actions_on_app_errors']} | "
+            f"{_f(m.get('alerts_per_1k_node_days'), 0)} | {'met' if _ok(m) else 'missed'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, help="model directory (default: the shipped one)")
+    ap.add_argument("--policy", type=Path, help="policy YAML (default: built-in)")
+    ap.add_argument("--suite", type=Path, help="shift-suite root written by bench/bench_shift.py --write")
+    ap.add_argument("--home", type=int, nargs="*", default=[], help="home-world seeds (64 nodes x 24 h, cached)")
+    ap.add_argument("--tuning", type=Path, nargs="*", default=[], help="tuning recordings (shown, not a headline)")
+    ap.add_argument("--validation", type=Path, nargs="*", default=[], help="independent-generator recordings")
+    ap.add_argument("--jobs", type=int, default=2, help="recordings replayed at once")
+    ap.add_argument("--json", type=Path, help="also write every row as JSON here")
+    ap.add_argument("--write", type=Path, help="append the table, dated, to this Markdown file")
+    a = ap.parse_args()
+    jobs: list[tuple[str, str, str, str | None, str | None]] = []
+    model, policy = (str(a.model) if a.model else None), (str(a.policy) if a.policy else None)
+    if a.suite:
+        from bench_shift import SUITE
+        jobs += [("shift", n, str(a.suite / n), model, policy) for n in SUITE if (a.suite / n / "manifest.json").exists()]
+    if a.home:
+        from bench_detection import recording
+        jobs += [("home", f"seed {s}", str(recording(s, 64, 24.0)), model, policy) for s in a.home]
+    jobs += [("tuning", p.name, str(p), model, policy) for p in a.tuning]
+    jobs += [("validation", p.name, str(p), model, policy) for p in a.validation]
+    with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as ex:
+        rows = list(ex.map(_one, jobs))
+    text = table(rows)
+    print(text)
+    for r in rows:
+        if r["false_reasons"]:
+            print(f"\n{r['group']} {r['name']}: {len(r['false_reasons'])} false drains/resets")
+            for line in r["false_reasons"][:8]:
+                print("  ", line)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    if a.write:
+        with open(a.write, "a") as fh:
+            fh.write(f"\n<!-- {dt.date.today()} python bench/bench_robustness.py {' '.join(sys.argv[1:])} -->\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()
