@@ -167,7 +167,7 @@ def _plan_world(plan: FleetPlan) -> None:
     rng = np.random.default_rng([cfg.seed, 0x3A7D])
     T, dt = cfg.n_ticks, cfg.interval_s
     traits = draw_traits(world, rng, cfg.gpus_per_node)
-    plan.node_hot = hot_offsets(world, traits, rng, cfg.gpus_per_node)
+    plan.node_hot = hot_offsets(world, traits, rng, cfg.gpus_per_node, plan.temp_offset)
     # the home confounders give way to the world's background
     plan.sbe_rate_per_h = np.zeros(plan.n_gpus)
     plan.pcie_rate_per_h = np.zeros(plan.n_gpus)

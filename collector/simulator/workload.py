@@ -59,12 +59,18 @@ def draw_traits(world: World, rng: np.random.Generator, gpus_per_node: int) -> G
                      per_gpu("max_operating_c"), per_gpu("slowdown_c"), float(world.rates["power_cap_frac"]))
 
 
-def hot_offsets(world: World, traits: GpuTraits, rng: np.random.Generator, gpus_per_node: int) -> np.ndarray:
-    """°C added to hot-but-healthy nodes: their busy GPUs sit 1–4 °C under max operating."""
+def hot_offsets(world: World, traits: GpuTraits, rng: np.random.Generator, gpus_per_node: int,
+                temp_offset: np.ndarray | float = 0.0) -> np.ndarray:
+    """°C added to hot-but-healthy nodes: their *hottest* busy GPU (with its own cooling offset)
+    sits just past SW thermal slowdown, less than halfway to HW slowdown, so the node touches SW
+    slowdown but never reaches HW slowdown, which field data treats as anomalous (field-rates.md
+    §2 Throttling)."""
     N = len(world.generation)
-    busy = (np.asarray(traits.idle_c) + np.asarray(traits.busy_rise_c)).reshape(N, gpus_per_node).mean(axis=1)
-    limit = np.asarray(traits.sw_thermal_c).reshape(N, gpus_per_node).min(axis=1)
-    off = np.clip(limit - rng.uniform(1.0, 4.0, N) - busy, 0, None)
+    busy = (np.asarray(traits.idle_c) + np.asarray(traits.busy_rise_c) + temp_offset).reshape(N, gpus_per_node).max(axis=1)
+    sw = np.asarray(traits.sw_thermal_c).reshape(N, gpus_per_node).min(axis=1)
+    hw = np.asarray(traits.hw_thermal_c).reshape(N, gpus_per_node).min(axis=1)
+    hottest = sw + rng.uniform(0.2, 1.0, N) * np.maximum((hw - sw) / 2, 0.2)  # past SW slowdown, short of HW
+    off = np.clip(hottest - busy, 0, None)
     return np.where(np.array(world.hot_node), off, 0.0).astype(np.float32)
 
 

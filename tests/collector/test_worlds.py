@@ -227,3 +227,14 @@ def test_32_bit_data_counters_wrap_on_the_nodes_drawn_to_read_them(tmp_path):
     assert net["device"].nunique() == 9 and net["port_xmit_data"].max() < 2 ** 32
     d = net.sort_values("ts").groupby(["node", "device"])["port_xmit_data"].diff()
     assert (d < 0).any()
+
+
+def test_hot_but_healthy_nodes_touch_sw_thermal_slowdown_but_never_hw_slowdown(tmp_path):
+    hot = replace(BUSY, name="test-hot", hot_node_frac=(1.0, 1.0), idle_node_frac=(0.0, 0.0),
+                  inference_node_frac=(0.0, 0.0))
+    cfg = replace(_cfg(seed=212, ranges=hot, nodes=8, hours=3.0), rate_multiplier=0.0)
+    simulate_recording(cfg, tmp_path / "rec")
+    gpu = open_recording(tmp_path / "rec").read_all("gpu")
+    bits = gpu.throttle_reasons.fillna(0).astype(np.int64)
+    assert ((bits & 0x20) > 0).any()           # SW thermal: touched
+    assert not ((bits & 0x40) > 0).any()       # HW thermal: never, on healthy GPUs
