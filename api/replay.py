@@ -87,9 +87,14 @@ class Replayer:
         self.score_rows = score_rows
         self.clock = StageClock()
         #: where explanations take each feature's reference from (the part's own, else the healthy fleet's)
+        # each learned detector reads its own inputs (models/inputs.py): explanations index those
         c, a = bundle.classifier, bundle.anomaly
-        self.baselines = baselines_for(bundle.feature_names, c.healthy_q if c is not None else None,
-                                       a.cols if a is not None else None, a.center if a is not None else None)
+        self.baselines = baselines_for(c.inputs if c is not None else bundle.feature_names,
+                                       c.healthy_q if c is not None else None)
+        self.anomaly_baselines = baselines_for(a.inputs if a is not None else bundle.feature_names,
+                                               c.healthy_q if c is not None and a is not None and c.inputs == a.inputs
+                                               else None, a.cols if a is not None else None,
+                                               a.center if a is not None else None)
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
@@ -160,17 +165,19 @@ class Replayer:
             if source == "model" and bundle.classifier is not None:
                 fault = int(ns.fault[i])
                 c = bundle.classifier
-                why = outside_healthy(bundle.feature_names, c.explain_features.get(fault, []), c.healthy_q,
-                                      batch.x[ns.row[i]], baselines)
+                why = outside_healthy(c.inputs, c.explain_features.get(fault, []), c.healthy_q,
+                                      c.select(batch.x[ns.row[i]]), baselines)
                 risk = f"{CLASSES[fault]} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}"
                 return f"{risk}: {why}" if why else risk
             if source == "anomaly":
-                row = batch.x[ns.anomaly_row[i]]
                 gpu = int(batch.gpu[ns.anomaly_row[i]])
                 why = f"anomaly on GPU {gpu} (stranger than {ns.anomaly[i]:.3%} of healthy GPUs)"
                 a = bundle.anomaly
-                f = None if a is None or a.center is None else most_deviant(a.center, a.scale, a.cols, row)
-                return why if f is None else f"{why}: most off {describe(bundle.feature_names, f, row, baselines)}"
+                if a is None or a.center is None:
+                    return why
+                row = a.select(batch.x[ns.anomaly_row[i]])
+                f = most_deviant(a.center, a.scale, a.cols, row)
+                return why if f is None else f"{why}: most off {describe(a.inputs, f, row, self.anomaly_baselines)}"
             return ""
 
         return explain

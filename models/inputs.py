@@ -30,6 +30,10 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     (r"^(sm_clock_mhz|power_w|util_gpu)_mean_(short|long)$",
      "absolute clocks, power and utilisation are the GPU generation's and the workload's, not the "
      "part's health; deficits against peers carry the fail-slow signal"),
+    (r"^(row_remap|retired_pages)_pending$",
+     "a pending remap or retirement is an instruction (reset when idle), not a forecast: a healthy GPU "
+     "carries one for hours after a benign burst of corrected errors; the rules act on it together "
+     "with the uncorrectable error that makes it urgent"),
     (r"^node_(sm_clock|power|util)_fleet_z$",
      "a node against the whole fleet's clocks, power or load is a generation or job mix in a mixed "
      "fleet, not a fault"),

@@ -118,6 +118,8 @@ def _build() -> tuple[tuple[str, str, str], ...]:
               for w in _W]
     f += [(f"net_{c}_excess_long_port_max", "ln ratio", f"{c} on the node's port furthest above its own baseline: "
            "ln((events + 1) / (own baseline x exposure + 1)), long window") for c in NET_ERROR_COUNTERS]
+    f += [("other_nodes_power_brake_short", "count", "other nodes with a GPU held by HW power brake most of the short "
+           "window: a rack's or facility's brake hits many nodes at once, a failing PSU one")]
     return tuple(f)
 
 
@@ -163,6 +165,7 @@ _MED_IDX = np.array([WINDOW_GAUGES.index(g) for g in _MED_GAUGES])
 _FLEET_COLS = np.array([FEATURE_INDEX[name] for name, _, _ in _FLEET], np.intp)
 _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
 _FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
+_BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"], FEATURE_INDEX["other_nodes_power_brake_short"]
 _BASE_FIRST = np.array([_CNT[c[0]] for _, c, _ in _BASELINE_STEMS])
 _BASE_SECOND = np.array([_CNT[c[-1]] for _, c, _ in _BASELINE_STEMS])
 _BASE_PAIR = np.array([len(c) == 2 for _, c, _ in _BASELINE_STEMS])
@@ -278,6 +281,9 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
             v = _div(np.abs(o - m), m)
         f[FEATURE_INDEX[name]] = v
     f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
+    with np.errstate(invalid="ignore"):
+        braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=int(scored.sum())) > 0
+    f[_OTHER_BRAKE] = braking.sum() - braking[grp]
 
     base = baselines.gpu
     base.ensure(gpus.n)

@@ -165,3 +165,10 @@ def test_a_tick_with_ports_or_events_but_no_gpu_gives_an_empty_batch_not_a_crash
     out = run(one_gpu([200, 210], pcie_replay=[0.0, 0.0]), net)
     assert len(out[T0 + 60]) == 0
     assert len(out[T0 + 240]) == 1
+
+
+def test_nodes_braking_together_see_each_other_so_a_facility_brake_is_not_one_nodes_fault() -> None:
+    rows = [{"ts": T0 + t, "node": f"gpu-node-00{n}", "gpu": 0, "throttle_reasons": 0x80 if n < 2 else 0,
+             "pcie_replay": 0.0} for n in range(3) for t in range(0, 60, 10)]
+    f = run(pd.DataFrame(rows))[T0 + 60].set_index("node")["other_nodes_power_brake_short"]
+    assert f.to_dict() == {"gpu-node-000": 1, "gpu-node-001": 1, "gpu-node-002": 2}
