@@ -115,10 +115,13 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          "PCIe replay storm: {value:.0f}/min"),
     # alert-only rules come last: on a row where an acting rule fires too, the acting rule wins.
     # A link that went down and came back is a flap: healthy fabrics flap thousands of times a
-    # day (field-rates.md §2) and ByteRobust evicts for network alerts only on repetition, so one
-    # tells a person and corroborates an ib_link prediction; a port that stays down drains (above)
-    Rule("ib_link_down", "net_link_downed_per_min_short", 0, _F.IB_LINK, _A.ALERT,
-         "InfiniBand link went down and came back ({value:.2f}/min)"),
+    # day (field-rates.md §2) and nobody acts on one (ByteRobust evicts for network alerts only on
+    # repetition; NVSentinel calls > 2 carrier changes degraded). A port that flaps again and
+    # again (3 in 30 min) tells a person and corroborates an ib_link prediction; a port that
+    # stays down drains (above)
+    Rule("ib_link_flapping", "net_link_downed_per_min_port_max_long", 0.1, _F.IB_LINK, _A.ALERT,
+         "InfiniBand port flapping: {value:.2f} link downs/min over the last 30 min", inclusive=True,
+         requires=(("net_link_downed_per_min_short", 0),)),
 )
 
 

@@ -216,9 +216,10 @@ def _rule_on(**features):
     return None if k < 0 else det.rules[k]
 
 
-def test_a_link_flap_that_recovers_alerts_but_a_port_that_stays_down_drains():
-    flap = _rule_on(net_link_downed_per_min_short=1.0)
-    assert flap is not None and flap.action.value == "alert"
+def test_a_link_flap_that_recovers_is_ignored_repeated_flaps_alert_and_a_port_that_stays_down_drains():
+    assert _rule_on(net_link_downed_per_min_short=1.0, net_link_downed_per_min_port_max_long=1 / 30) is None
+    flapping = _rule_on(net_link_downed_per_min_short=1.0, net_link_downed_per_min_port_max_long=4 / 30)
+    assert flapping is not None and flapping.action.value == "alert"
     down = _rule_on(net_link_downed_per_min_short=1.0, net_port_down_after_active_s=180.0)
     assert down is not None and down.action.value == "drain"
 
