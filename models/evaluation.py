@@ -39,7 +39,9 @@ Cost model (GPU-hours; every assumption is a field of :class:`EvalSettings`):
 Beside the catches, :func:`count_actions` counts every decision by evidence grade and
 action (``actions_by_grade``: certain, corroborated, predicted, advisory; ``unknown`` for
 reports written before grades) and by follow-up, and ``alerts_per_1k_node_days`` sets
-the alerts a person has to read beside the false actions.
+the alerts a person has to read beside the false actions; ``anomaly_alerts_per_1k_node_days``
+counts those of the anomaly detector, and ``unexplained_alerts_per_1k_node_days`` those that
+fall in no node fault's catch window (the ones that cost a person time for nothing).
 """
 
 from __future__ import annotations
@@ -234,7 +236,19 @@ def score_replay(decisions: Iterable[Mapping[str, Any]], incidents: Iterable[Map
     saved = len(early_all) * gpus_per_node * (settings.checkpoint_interval_h / 2 + settings.restart_h)
 
     counts = count_actions(decs)
+    # alerts a person reads that no node fault explains (outside every catch window on the node)
+    unexplained = anomaly_alerts = 0
+    for d in decs:
+        if _name(d.get("action") or "") != Action.ALERT.value:
+            continue
+        anomaly_alerts += _name(d.get("source") or "") == "anomaly"
+        t = float(d["ts"])
+        unexplained += not any(inc.fault is not FaultClass.APP_ERROR and inc.window_holds(t)
+                               for inc in by_node.get(_name(d.get("node")), ()))
     return {
+        "anomaly_alerts": anomaly_alerts, "unexplained_alerts": unexplained,
+        "anomaly_alerts_per_1k_node_days": _per_1k(anomaly_alerts, node_days),
+        "unexplained_alerts_per_1k_node_days": _per_1k(unexplained, node_days),
         "node_days": float(node_days), "gpus_per_node": int(gpus_per_node),
         "decisions": len(decs), "disruptive_decisions": len(disruptive),
         **counts, "alerts_per_1k_node_days": _per_1k(counts["alerts"], node_days),

@@ -220,3 +220,15 @@ def test_the_comparison_sets_alerts_of_the_model_beside_the_baseline_lower_is_be
     b = score([], [inc()], node_days=100.0)
     h = compare(m, b)["headline"]["alerts_per_1k_node_days"]
     assert h == {"model": pytest.approx(30.0), "baseline": 0.0, "delta": pytest.approx(30.0), "better": "lower"}
+
+
+def test_alerts_are_counted_as_anomaly_alerts_and_as_unexplained_when_no_fault_is_near():
+    from models.evaluation import score_replay
+
+    inc = [{"id": "i1", "node": "n1", "gpu": 0, "fault": "nvlink", "onset_ts": 10_000.0, "failure_ts": 12_000.0}]
+    decs = [{"ts": 9_500.0, "node": "n1", "gpu": 0, "action": "alert", "source": "anomaly"},   # before onset: explained
+            {"ts": 50_000.0, "node": "n1", "gpu": 0, "action": "alert", "source": "model"},    # long after: not
+            {"ts": 9_500.0, "node": "n2", "gpu": 0, "action": "alert", "source": "anomaly"}]   # other node: not
+    m = score_replay(decs, inc, node_days=2.0, gpus_per_node=8)
+    assert (m["anomaly_alerts"], m["unexplained_alerts"]) == (2, 2)
+    assert m["unexplained_alerts_per_1k_node_days"] == 1000.0
