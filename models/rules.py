@@ -32,7 +32,8 @@ from .base import Detector, DetectorOutput, FeatureMismatch, class_index
 
 @dataclass(frozen=True)
 class Rule:
-    """``feature > threshold`` (or ``>=``), and every ``requires`` feature above its threshold,
+    """``feature > threshold`` (or ``>=``), every ``requires`` feature above its threshold and every
+    ``unless_at_least`` feature below its own,
     means ``fault`` now; remedy ``action``, then ``follow_up``."""
 
     name: str
@@ -46,6 +47,8 @@ class Rule:
     follow_up: FollowUp | None = None
     #: further (feature, threshold) pairs that must all be exceeded (``>``) too
     requires: tuple[tuple[str, float], ...] = ()
+    #: (feature, threshold) pairs that veto the rule when the feature reaches the threshold (``>=``)
+    unless_at_least: tuple[tuple[str, float], ...] = ()
     #: the evidence names no GPU: the decision is for the node (no GPU), never a guessed one
     on_node: bool = False
 
@@ -55,7 +58,7 @@ class Rule:
 
     @property
     def features(self) -> tuple[str, ...]:
-        return (self.feature, *(f for f, _ in self.requires))
+        return (self.feature, *(f for f, _ in self.requires), *(f for f, _ in self.unless_at_least))
 
 
 def xid_rule(cls: str, reason: str, *, on_node: bool = False) -> Rule:
@@ -106,11 +109,13 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          "InfiniBand port not ACTIVE for {value:.0f} s after being ACTIVE", inclusive=True),
     Rule("hw_thermal", "throttle_hw_thermal_frac_short", 0.5, _F.THERMAL, _A.DRAIN,
          "hardware thermal slowdown {value:.0%} of the time"),
-    # a rack's power brake for a minute or five is a facility event that healthy nodes ride out;
-    # a node held back by its brake for 10 of the last 30 minutes has lost power delivery
-    Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", 1 / 3, _F.POWER, _A.DRAIN,
-         "hardware power brake {value:.0%} of the last 30 min, and still on",
-         requires=(("throttle_hw_power_brake_frac_short", 0.5),)),
+    # a power brake on many nodes at once is the facility's (a rack's PSU shelf, a power-capping
+    # test): healthy nodes ride it out, so it never drains them one by one; a node braking alone
+    # for 3 of the last 30 minutes, and still, has lost its own power delivery
+    Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", 0.1, _F.POWER, _A.DRAIN,
+         "hardware power brake {value:.0%} of the last 30 min, still on, and on no other node",
+         requires=(("throttle_hw_power_brake_frac_short", 0.5),),
+         unless_at_least=(("other_nodes_power_brake_short", 2),)),
     Rule("pcie_replay_storm", "pcie_replay_per_min_short", 1000, _F.PCIE, _A.DRAIN,
          "PCIe replay storm: {value:.0f}/min"),
     # alert-only rules come last: on a row where an acting rule fires too, the acting rule wins.
@@ -138,6 +143,7 @@ class RulesDetector(Detector):
         self.rules = tuple(rules)
         self._cols = [self.feature_names.index(r.feature) for r in rules]
         self._requires = [[(self.feature_names.index(f), t) for f, t in r.requires] for r in rules]
+        self._vetoes = [[(self.feature_names.index(f), t) for f, t in r.unless_at_least] for r in rules]
         self.fitted = True  # rules need no training
 
     def _fit(self, x: np.ndarray, y: np.ndarray | None, *, sample_weight: np.ndarray | None, **kw: Any) -> None:
@@ -148,9 +154,11 @@ class RulesDetector(Detector):
         rule = np.full(n, -1, np.int16)
         for k in range(len(self.rules) - 1, -1, -1):  # last assignment wins: iterate lowest priority first
             hit = self.rules[k].fires(x[:, self._cols[k]])
-            for col, t in self._requires[k]:
-                with np.errstate(invalid="ignore"):
+            with np.errstate(invalid="ignore"):
+                for col, t in self._requires[k]:
                     hit &= x[:, col] > t
+                for col, t in self._vetoes[k]:
+                    hit &= ~(x[:, col] >= t)
             rule[hit] = k
         fault = np.zeros(n, np.int8)
         hit = rule >= 0
@@ -181,6 +189,7 @@ class RulesDetector(Detector):
     def set_state(self, state: dict[str, Any]) -> None:
         rules = [Rule(**(r | {"fault": FaultClass(r["fault"]), "action": Action(r["action"]),
                               "follow_up": FollowUp(r["follow_up"]) if r.get("follow_up") else None,
-                              "requires": tuple((f, float(t)) for f, t in r.get("requires", ()))}))
+                              "requires": tuple((f, float(t)) for f, t in r.get("requires", ())),
+                              "unless_at_least": tuple((f, float(t)) for f, t in r.get("unless_at_least", ()))}))
                  for r in state["rules"]]
         self.__init__(self.feature_names, rules)  # type: ignore[misc]

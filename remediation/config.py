@@ -57,6 +57,13 @@ class PolicyConfig(BaseModel):
         "two-minute spikes a single PCIe replay or a job's clock change gives, and costs two minutes of lead "
         "(on tuning replays: 7 false actions -> 2 in 512 node-days, one predictive catch fewer in 164). "
         "Measured in time, not ticks, so a faster or slower cadence keeps the same meaning.")
+    act_sustain_s_by_fault: dict[FaultClass, float] = Field(
+        default_factory=lambda: {FaultClass.HBM_ECC: 600.0, FaultClass.POWER: 420.0},
+        description="Per-fault overrides of act_sustain_s, s: a prediction must outlast the healthy "
+        "look-alike of its class. A benign burst of corrected ECC errors lasts minutes (field-rates.md §2: "
+        "bursts), HBM failures warn for 30 min to hours: 10 min. A rack's power brake lasts a few minutes, "
+        "a failing supply's run-up 10-30: 7 min. On the tuning worlds (301-304, home 11-12; 384 node-days) "
+        "120 s everywhere made 6 false drains, these 2, 15/10 min 1; predictive recall 0.80, 0.77, 0.75.")
     corroborate_threshold: float = Field(
         0.9, gt=0, le=1,
         description="Probability (0-1) whose sustained crossing corroborates a prediction (a rising trend): "
@@ -143,6 +150,10 @@ class PolicyConfig(BaseModel):
 
     def threshold_for(self, fault: FaultClass) -> float:
         return self.act_threshold_by_fault.get(fault, self.act_threshold)
+
+    def sustain_for(self, fault: FaultClass) -> float:
+        """Telemetry seconds a prediction of *fault* must hold before it acts."""
+        return self.act_sustain_s_by_fault.get(fault, self.act_sustain_s)
 
     def action_for(self, fault: FaultClass) -> Action:
         """The hardest action a corroborated prediction of *fault* may take."""

@@ -237,7 +237,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
             Decision(now, name, gpu, rule_action, rf, 1.0, explain(i, "rule"), "rule",
                      Grade.CERTAIN, s.rule_follow_up[i])]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
-    if (warm and fault is not None and ns.above_since is not None and now - ns.above_since >= cfg.act_sustain_s
+    if (warm and fault is not None and ns.above_since is not None and now - ns.above_since >= cfg.sustain_for(fault)
             and not retried):                           # 3. predicted failure, sustained in telemetry time
         action, follow_up = _hard(cfg, fault)
         if action in _ACTING:

@@ -31,7 +31,8 @@ def explain(i, source):
 
 
 CFG = PolicyConfig(act_threshold=0.7, act_sustain_s=60, alert_threshold=0.3, min_hold_s=600, resume_after_s=300,
-                   clear_threshold=0.1, model_warmup_s=0, corroborate_threshold=0.9, corroborate_sustain_s=600)
+                   clear_threshold=0.1, model_warmup_s=0, corroborate_threshold=0.9, corroborate_sustain_s=600,
+                   act_sustain_s_by_fault={})
 
 
 def test_a_fired_rule_acts_at_once_with_the_rules_action_and_fault():
@@ -340,3 +341,16 @@ def test_the_fleet_rate_limit_holds_under_a_burst():
 def test_every_policy_setting_documents_its_default():
     for name, f in PolicyConfig.model_fields.items():
         assert f.description and len(f.description) > 20, name
+
+
+def test_a_prediction_must_outlast_the_healthy_look_alike_of_its_class():
+    cfg = CFG.model_copy(update={"act_sustain_s_by_fault": {FaultClass.HBM_ECC: 600.0}})
+    st, acted = PolicyState(), {}
+    for fault in ("hbm_ecc", "nvlink"):
+        st = PolicyState()
+        for t in range(0, 900, 60):
+            d, st = decide(scores(p=(0.95,), fault=(fault,)), st, float(t), cfg, explain)
+            if any(x.action is Action.DRAIN for x in d):
+                acted[fault] = t
+                break
+    assert acted == {"nvlink": 60, "hbm_ecc": 600}
