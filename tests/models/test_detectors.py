@@ -230,3 +230,15 @@ def test_a_brief_or_facility_wide_power_brake_is_ridden_out_and_one_nodes_own_dr
     assert _rule_on(**rack, other_nodes_power_brake_short=5) is None
     held = _rule_on(**rack, other_nodes_power_brake_short=0)
     assert held is not None and held.name == "hw_power_brake" and held.action.value == "drain"
+
+
+def test_the_package_pins_the_scikit_learn_that_saved_the_shipped_model():
+    import json
+    import re
+    from pathlib import Path
+
+    from models.bundle import default_model_path
+
+    root = Path(__file__).resolve().parents[2]
+    pin = re.search(r'"scikit-learn==([0-9.]+)"', (root / "pyproject.toml").read_text()).group(1)
+    assert json.loads((default_model_path() / "model.json").read_text())["sklearn_version"] == pin

@@ -52,12 +52,14 @@ def test_prediction_explanations_equal_the_classifiers_own_when_no_part_baseline
     from models.explain import outside_healthy
 
     c = ModelBundle.load(default_model_path()).classifier
-    names = c.feature_names
+    names = c.inputs                      # explanations index the classifier's own inputs
     lo, mid, hi = c.healthy_q
     rng = np.random.default_rng(0)
     for _ in range(20):
+        full = rng.normal(0, 1, len(c.feature_names)).astype(np.float32)   # a whole pipeline row
         row = np.where(rng.random(len(names)) < 0.5, hi + 1 + np.abs(hi), lo - 1 - np.abs(lo)).astype(np.float32)
         row[rng.random(len(names)) < 0.2] = np.nan
+        full[[c.feature_names.index(n) for n in names]] = row
         for fault in c.explain_features:
-            assert outside_healthy(names, c.explain_features[fault], c.healthy_q, row,
-                                   baselines_for(names, c.healthy_q)) == c.explain(row, fault)
+            assert outside_healthy(names, c.explain_features[fault], c.healthy_q, c.select(full),
+                                   baselines_for(names, c.healthy_q)) == c.explain(full, fault)
