@@ -242,3 +242,9 @@ def test_the_package_pins_the_scikit_learn_that_saved_the_shipped_model():
     root = Path(__file__).resolve().parents[2]
     pin = re.search(r'"scikit-learn==([0-9.]+)"', (root / "pyproject.toml").read_text()).group(1)
     assert json.loads((default_model_path() / "model.json").read_text())["sklearn_version"] == pin
+
+
+def test_the_shipped_model_carries_the_rules_this_gpuops_defines():
+    from models.bundle import load_default
+
+    assert load_default().rules.get_state() == RulesDetector(FEATURE_NAMES).get_state()
