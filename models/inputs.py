@@ -34,11 +34,6 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
      "a pending remap or retirement is an instruction (reset when idle), not a forecast: a healthy GPU "
      "carries one for hours after a benign burst of corrected errors; the rules act on it together "
      "with the uncorrectable error that makes it urgent"),
-    (r"^(ecc_sbe_per_h|pcie_replay_per_min|nvlink_(crc|replay|recovery)_per_min|remapped_rows_corr_per_h)_(short|long)$"
-     r"|^net_.*_per_min_port_max_(short|long)$",
-     "an absolute error rate on a healthy part differs from fleet to fleet (a trickle here, ten times "
-     "that there); the same counter against the part's own baseline (*_excess_long) means the same "
-     "everywhere"),
     (r"^node_(sm_clock|power|util)_fleet_z$",
      "a node against the whole fleet's clocks, power or load is a generation or job mix in a mixed "
      "fleet, not a fault"),
