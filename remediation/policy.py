@@ -98,6 +98,8 @@ class NodeState:
     above_since: float | None = None        # p first >= the fault's act threshold, in this run
     high_since: float | None = None         # p first >= corroborate_threshold, in this run
     anomaly_at: float | None = None         # anomaly last >= corroborate_anomaly
+    strange_since: float | None = None      # start of the current run of ticks with anomaly >= anomaly_alert
+    strange_last: float | None = None       # last tick of that run
     rule_signal_at: float | None = None     # a lower-severity (alert-only) rule last fired ...
     rule_signal_fault: FaultClass | None = None  # ... naming this fault class
     held_since: float | None = None         # gpuops drained/reset it
@@ -184,6 +186,16 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
                    rule_signal_at=rule_at, rule_signal_fault=rule_fault)
 
 
+def _strange_run(ns: NodeState, anomaly: float, now: float, cfg: PolicyConfig) -> NodeState:
+    """The run of consecutive ticks whose anomaly level reaches ``anomaly_alert``: a tick below it
+    ends the run, and so does a gap longer than ``anomaly_gap_s`` (ticks the policy did not visit
+    this node were not strange), so a stale run never reads as a sustained one."""
+    if anomaly < cfg.anomaly_alert:
+        return ns if ns.strange_since is None else replace(ns, strange_since=None, strange_last=None)
+    fresh = ns.strange_last is None or now - ns.strange_last > cfg.anomaly_gap_s
+    return replace(ns, strange_since=now if fresh else ns.strange_since, strange_last=now)
+
+
 def _corroboration(ns: NodeState, fault: FaultClass, anomaly: float, now: float, cfg: PolicyConfig) -> str | None:
     """Why a prediction of *fault* is corroborated now, or None when it stands alone."""
     if ns.high_since is not None and now - ns.high_since >= cfg.corroborate_sustain_s:
@@ -212,6 +224,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     fault = s.fault_class(i)
     warm = seen_s >= cfg.model_warmup_s
     ns = _track(ns, s, i, p, anomaly, fault, rule_acts, warm, now, cfg)
+    ns = _strange_run(ns, anomaly, now, cfg)
     if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
         if (ns.held_grade is Grade.PREDICTED and fault is not None and fault is ns.held_fault
                 and p >= cfg.threshold_for(fault)):
@@ -267,7 +280,8 @@ def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: 
         true.append((int(s.rule_gpu[i]), f"rule:{rule}", "rule", int(s.rule_gpu[i])))
     if p >= cfg.alert_threshold:
         true.append((None, f"p_fail:{fault.value if fault else 'unknown'}", "model", int(s.gpu[i])))
-    if anomaly >= cfg.anomaly_alert and warm:           # young windows make any GPU look strange
+    if anomaly >= cfg.anomaly_alert and warm and ns.strange_since is not None and (
+            now - ns.strange_since >= cfg.anomaly_sustain_s):  # young windows make any GPU look strange
         gpu = None if s.anomaly_gpu is None else int(s.anomaly_gpu[i])
         true.append((gpu, "anomaly", "anomaly", gpu))
     if not true:

@@ -32,7 +32,7 @@ def explain(i, source):
 
 CFG = PolicyConfig(act_threshold=0.7, act_sustain_s=60, alert_threshold=0.3, min_hold_s=600, resume_after_s=300,
                    clear_threshold=0.1, model_warmup_s=0, corroborate_threshold=0.9, corroborate_sustain_s=600,
-                   act_sustain_s_by_fault={})
+                   act_sustain_s_by_fault={}, anomaly_sustain_s=0)
 
 
 def test_a_fired_rule_acts_at_once_with_the_rules_action_and_fault():
@@ -354,3 +354,17 @@ def test_a_prediction_must_outlast_the_healthy_look_alike_of_its_class():
                 acted[fault] = t
                 break
     assert acted == {"nvlink": 60, "hbm_ecc": 600}
+
+
+def test_an_anomaly_alerts_only_once_it_has_lasted_and_a_stale_run_does_not_count():
+    cfg = CFG.model_copy(update={"anomaly_sustain_s": 300.0})
+    st, first = PolicyState(), None
+    for t in range(0, 600, 60):
+        d, st = decide(scores(anomaly=(0.99999,)), st, float(t), cfg, explain)
+        if d and first is None:
+            first = t
+    assert first == 300
+    st = PolicyState()
+    _, st = decide(scores(anomaly=(0.99999,)), st, 0.0, cfg, explain)        # strange once ...
+    d, st = decide(scores(anomaly=(0.99999,)), st, 3600.0, cfg, explain)     # ... and again an hour later
+    assert d == []
