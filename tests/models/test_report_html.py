@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
+import matplotlib  # noqa: F401  (the `test` extra installs it: these tests render the plots)
+
 from models.evaluation import compare, score_replay
 from models.report_html import write_html_report
-
-pytest.importorskip("matplotlib")
 
 F = 50_000.0
 EVIL = "<script>alert('x')</script>$\\x$"
