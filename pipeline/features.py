@@ -306,11 +306,12 @@ _NET_DOWN_COL = FEATURE_INDEX["net_port_down_after_active_s"]
 
 def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, nodes: np.ndarray, n_nodes: int,
                   tick_end: float, n_short: int, base: RateBaselines) -> None:
-    """Port features per node (every port of the node summed), written into the (feature, GPU)
-    matrix *f* for each GPU's node (NaN without any port).
+    """Port features per node, written into the (feature, GPU) matrix *f* for each GPU's node
+    (NaN without any port): sums over the node's ports, and its worst single port.
 
     Every node sum is one ``bincount`` over a (port, column) block: each node's ports are
-    added in canonical port order, so features do not depend on arrival order.
+    added in canonical port order, so features do not depend on arrival order. Every worst
+    port is one ``fmax.reduceat`` over the same order (a node's ports are contiguous in it).
     """
     if reg.n == 0:
         f[_NET_RATE_COLS.ravel()] = np.nan
@@ -321,17 +322,20 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
         return
     order = reg.canonical_order()  # fixed summation order: features do not depend on arrival order
     pnode = reg.port_node[order]
-    ps, pl = ports.windows(reg.n, tick_end, n_short)
-    p = len(order)
+    wins = [win[order] for win in ports.windows(reg.n, tick_end, n_short)]  # (short, long), canonical order
+    p, e = len(order), len(_NET_ERR)
     block = np.empty((p, _NET_WIDTH))
-    live = pl[order, PORT_STATS["samples"].start] > 0
-    for w, win in enumerate((ps, pl)):
-        s = win[order]
+    # per port, reduced to the node's worst: error rates (short, long), excess over the port's own
+    # baseline (long), time down after being ACTIVE
+    worst = np.empty((p, 3 * e + 1))
+    live = wins[1][:, PORT_STATS["samples"].start] > 0
+    for w, s in enumerate(wins):
         rate = _div(s[:, PORT_STATS["cnt_delta"]], s[:, PORT_STATS["cnt_dt"]]) * 60.0
         ok = np.isfinite(rate)
         ok &= live[:, None]
         block[:, w * _K:(w + 1) * _K] = np.where(ok, rate, 0.0)
         block[:, (2 + w) * _K:(3 + w) * _K] = ok
+        worst[:, w * e:(w + 1) * e] = np.where(live[:, None], rate[:, _NET_ERR], np.nan)
         if w == 0:
             block[:, 4 * _K] = s[:, PORT_STATS["state_known"].start]
             block[:, 4 * _K + 1] = s[:, PORT_STATS["not_active"].start]
@@ -342,31 +346,20 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     f[_NET_RATE_COLS.ravel()] = totals.T[:, nodes]
     known, down, n_live = per_node[:, 4 * _K], per_node[:, 4 * _K + 1], per_node[:, 4 * _K + 2]
     f[_NET_LAST_COLS] = np.stack((_div(down, known), n_live))[:, nodes]
-    down_s = np.full(n_nodes, np.nan)
-    down_s[np.unique(pnode)] = 0.0
-    np.maximum.at(down_s, pnode, ports.down_after_active_s(reg.n, tick_end, ports.ring.n_buckets * ports.bucket_s)[order])
-    f[_NET_DOWN_COL] = down_s[nodes]
 
-    # worst single port per node: rates and excess over each port's own baseline
     base.ensure(reg.n)
-    e = len(_NET_ERR)
-    worst = np.empty((p, 3 * e))
-    for w, win in enumerate((ps, pl)):
-        s = win[order]
-        rate = _div(s[:, PORT_STATS["cnt_delta"]][:, _NET_ERR], s[:, PORT_STATS["cnt_dt"]][:, _NET_ERR]) * 60.0
-        worst[:, w * e:(w + 1) * e] = np.where(live[:, None], rate, np.nan)
-    sl = pl[order]
-    excess = base.excess(order, sl[:, PORT_STATS["cnt_delta"]][:, _NET_ERR].T, sl[:, PORT_STATS["cnt_dt"]][:, _NET_ERR].T)
-    worst[:, 2 * e:] = np.where(live[:, None], excess.T, np.nan)
-    ss = ps[order]
-    base.update(order, tick_end, ss[:, PORT_STATS["cnt_delta"]][:, _NET_ERR].T, ss[:, PORT_STATS["cnt_dt"]][:, _NET_ERR].T)
+    events, exposure = (wins[1][:, PORT_STATS[k]][:, _NET_ERR].T for k in ("cnt_delta", "cnt_dt"))
+    worst[:, 2 * e:3 * e] = np.where(live[:, None], base.excess(order, events, exposure).T, np.nan)
+    base.update(order, tick_end, *(wins[0][:, PORT_STATS[k]][:, _NET_ERR].T for k in ("cnt_delta", "cnt_dt")))
+    worst[:, 3 * e] = ports.down_after_active_s(reg.n, tick_end, ports.ring.n_buckets * ports.bucket_s)[order]
     starts = np.flatnonzero(np.r_[True, pnode[1:] != pnode[:-1]])  # a node's ports are contiguous in canonical order
     with np.errstate(invalid="ignore"):
         node_worst = np.fmax.reduceat(worst, starts, axis=0)  # NaN only where every port is NaN
-    full = np.full((n_nodes, 3 * e), np.nan)
+    full = np.full((n_nodes, 3 * e + 1), np.nan)             # nodes without ports stay NaN
     full[pnode[starts]] = node_worst
     f[_NET_MAX_COLS.ravel()] = full[:, :2 * e].T[:, nodes]
-    f[_NET_EXCESS_COLS] = full[:, 2 * e:].T[:, nodes]
+    f[_NET_EXCESS_COLS] = full[:, 2 * e:3 * e].T[:, nodes]
+    f[_NET_DOWN_COL] = full[nodes, 3 * e]
 
 
 def markdown_table() -> str:
