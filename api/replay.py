@@ -89,12 +89,11 @@ class Replayer:
         #: where explanations take each feature's reference from (the part's own, else the healthy fleet's)
         # each learned detector reads its own inputs (models/inputs.py): explanations index those
         c, a = bundle.classifier, bundle.anomaly
-        self.baselines = baselines_for(c.inputs if c is not None else bundle.feature_names,
-                                       c.healthy_q if c is not None else None)
-        self.anomaly_baselines = baselines_for(a.inputs if a is not None else bundle.feature_names,
-                                               c.healthy_q if c is not None and a is not None and c.inputs == a.inputs
-                                               else None, a.cols if a is not None else None,
-                                               a.center if a is not None else None)
+        healthy_q = c.healthy_q if c is not None else None
+        self.baselines = baselines_for(c.inputs if c is not None else bundle.feature_names, healthy_q)
+        if a is not None:  # the classifier's healthy range indexes the anomaly row only when both read the same
+            same = c is not None and c.inputs == a.inputs
+            self.anomaly_baselines = baselines_for(a.inputs, healthy_q if same else None, a.cols, a.center)
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""

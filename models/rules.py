@@ -74,6 +74,12 @@ def xid_rule(cls: str, reason: str, *, on_node: bool = False) -> Rule:
                 reason + where + " ({value:.0f} in the short window)", follow_up=follow_up, on_node=on_node)
 
 
+def _remap_pending(name: str, feature: str, with_feature: str, why: str) -> Rule:
+    """A pending row remap made urgent by an uncorrectable error: drain, reset when idle."""
+    return Rule(name, feature, 0, FaultClass.HBM_ECC, Action.DRAIN, f"HBM row remap pending{why}; reset when idle",
+                follow_up=FollowUp.RESET_WHEN_IDLE, requires=((with_feature, 0),))
+
+
 _F, _A = FaultClass, Action
 #: at least this long not ACTIVE, after having been ACTIVE, before a port drains its node (a flap recovers sooner)
 PORT_DOWN_SUSTAINED_S = 120.0
@@ -87,18 +93,13 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     xid_rule("gpu_reset", "GPU firmware / GSP XID (catalogue RESET_GPU)", on_node=True),
     Rule("row_remap_failure", "row_remap_failure", 0, _F.HBM_ECC, _A.RESET,
          "HBM row remap failure: no spare rows left (as XID 64: reset, then RMA)"),
-    Rule("remap_pending_xid", "xid_remap_event_count_short", 0, _F.HBM_ECC, _A.DRAIN,
-         "HBM row remap pending: XID 63 with XID 94 on this GPU; reset when idle",
-         follow_up=FollowUp.RESET_WHEN_IDLE, requires=(("xid_contained_ecc_count_short", 0),)),
-    Rule("remap_pending_contained", "row_remap_pending", 0, _F.HBM_ECC, _A.DRAIN,
-         "HBM row remap pending after a contained ECC error (XID 94); reset when idle",
-         follow_up=FollowUp.RESET_WHEN_IDLE, requires=(("xid_contained_ecc_count_short", 0),)),
-    Rule("remap_pending_dbe", "row_remap_pending", 0, _F.HBM_ECC, _A.DRAIN,
-         "HBM row remap pending after a new uncorrectable ECC error; reset when idle",
-         follow_up=FollowUp.RESET_WHEN_IDLE, requires=(("ecc_dbe_per_h_short", 0),)),
-    Rule("remap_pending_xid_dbe", "row_remap_pending", 0, _F.HBM_ECC, _A.DRAIN,
-         "HBM row remap pending after XID 48; reset when idle",
-         follow_up=FollowUp.RESET_WHEN_IDLE, requires=(("xid_dbe_count_short", 0),)),
+    _remap_pending("remap_pending_xid", "xid_remap_event_count_short", "xid_contained_ecc_count_short",
+                   ": XID 63 with XID 94 on this GPU"),
+    _remap_pending("remap_pending_contained", "row_remap_pending", "xid_contained_ecc_count_short",
+                   " after a contained ECC error (XID 94)"),
+    _remap_pending("remap_pending_dbe", "row_remap_pending", "ecc_dbe_per_h_short",
+                   " after a new uncorrectable ECC error"),
+    _remap_pending("remap_pending_xid_dbe", "row_remap_pending", "xid_dbe_count_short", " after XID 48"),
     xid_rule("dbe", "XID 48: double-bit ECC error"),
     xid_rule("dbe", "XID 48: double-bit ECC error", on_node=True),
     Rule("ecc_dbe", "ecc_dbe_per_h_short", 0, _F.HBM_ECC, _A.RESET,
