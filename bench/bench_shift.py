@@ -25,7 +25,6 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -45,13 +44,11 @@ SUITE: dict[str, tuple[str, int]] = {
 
 
 def write(out: Path, names: list[str], nodes: int, hours: float) -> None:
-    from api.commands.simulate import app_xid_codes
     from collector.simulator import SimConfig, draw_world, ranges_by_name, simulate_recording, world_config
 
-    codes = app_xid_codes()
     for name in names:
         ranges_name, seed = SUITE[name]
-        ranges = replace(ranges_by_name(ranges_name), app_xid_codes=codes)
+        ranges = ranges_by_name(ranges_name)
         cfg = world_config(SimConfig(nodes=nodes, hours=hours, seed=seed), draw_world(seed, ranges, nodes))
         dest = out / name
         shutil.rmtree(dest, ignore_errors=True)

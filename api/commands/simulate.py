@@ -65,21 +65,11 @@ def simulate(
     print_summary(console, summary, cfg, out, took)
 
 
-def app_xid_codes() -> tuple[int, ...]:
-    """Every RESTART_APP code of NVIDIA's XID catalogue (collector/data/xid_catalog.csv)."""
-    from collector.xid import restart_app_codes
-
-    return restart_app_codes()
-
-
 def randomized_config(cfg, ranges_name: str):  # noqa: ANN001, ANN201
-    """*cfg* in a world drawn from the named ranges, app XIDs from the whole catalogue."""
-    from dataclasses import replace
-
+    """*cfg* in a world drawn from the named ranges (app XIDs: every RESTART_APP code of the catalogue)."""
     from collector.simulator import draw_world, ranges_by_name, world_config
 
-    ranges = replace(ranges_by_name(ranges_name), app_xid_codes=app_xid_codes())
-    return world_config(cfg, draw_world(cfg.seed, ranges, cfg.nodes))
+    return world_config(cfg, draw_world(cfg.seed, ranges_by_name(ranges_name), cfg.nodes))
 
 
 def print_summary(console, summary, cfg, out: Path, took: float) -> None:  # noqa: ANN001

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collector.xid import restart_app_codes
 from collector.schema import Action, FaultClass
 
 from .background import Background, draw_background
@@ -175,7 +174,7 @@ def _plan_world(plan: FleetPlan) -> None:
     k = rng.poisson(world.rates["driver_reload_per_node_day"] * cfg.nodes * cfg.hours / 24)
     plan.reboots = sorted(plan.reboots + [(int(rng.integers(1, T)), int(rng.integers(0, cfg.nodes)))
                                           for _ in range(k)])
-    codes = tuple(world.ranges.app_xid_codes) or restart_app_codes()
+    codes = tuple(world.ranges.app_xid_codes)
     for inc in plan.incidents:
         _shape(inc, world, rng, codes)
     level = load_levels(world, plan.job_active, plan.checkpoint, dt=dt, start_ts=cfg.start_ts, rng=rng)

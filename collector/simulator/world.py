@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collector.xid import restart_app_codes
+
 from .ranges import GENERATIONS, WorldRanges
 
 if TYPE_CHECKING:
@@ -92,7 +94,10 @@ def _logu(rng: np.random.Generator, r: tuple[float, float]) -> float:
 
 
 def draw_world(seed: int, ranges: WorldRanges, nodes: int) -> World:
-    """Draw a world for *nodes* nodes (deterministic in *seed* and *ranges*)."""
+    """Draw a world for *nodes* nodes (deterministic in *seed* and *ranges*). Ranges that name
+    no application XIDs get every RESTART_APP code of the catalogue, recorded with the world."""
+    if not ranges.app_xid_codes:
+        ranges = replace(ranges, app_xid_codes=restart_app_codes())
     rng = np.random.default_rng([seed, 0x57D])
     gens = list(ranges.generations)
     for g in gens:
