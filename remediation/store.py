@@ -306,10 +306,13 @@ class ActionStore:
         """Store *rec* (the new version) if the stored record is still in state *expect*.
 
         Raises :class:`StaleRecord` when another writer moved it first (nothing written),
-        and ``InvalidTransition`` when *expect* -> ``rec.state`` is not an allowed move.
+        and ``InvalidTransition`` when *expect* -> ``rec.state`` is not an allowed move. A
+        record kept in its state (``rec.state == expect``: an attempt counted, a result added)
+        is a field update, audited like a move.
         """
         expect = ActionState(expect)
-        check_transition(rec.id, expect, rec.state)
+        if rec.state is not expect:
+            check_transition(rec.id, expect, rec.state)
         row = _record_row(rec)
         del row["id"]
         with self._tx(write=True) as conn:

@@ -1,0 +1,637 @@
+"""The remediation engine: decide → gate → persist → act → verify → reconcile.
+
+One :class:`Engine` per cluster (one leader across replicas, issue 10). Each tick of node
+scores it runs the pure policy (:func:`remediation.policy.decide`), turns each decision
+into an :class:`~remediation.actions.ActionRecord`, passes it through the safety gate
+(:mod:`remediation.safety`), **writes it to the store before any adapter is called**, and
+carries it out through the scheduler adapter — the dry-run adapter unless automation is
+armed. Afterwards it watches every action it has taken until the cluster shows its effect
+(``verified``), retries transient adapter failures with backoff, runs drains' follow-ups
+(a GPU reset once the node is idle), expires proposals nobody answered, and fails a GPU
+reset whose agent never replied.
+
+After a crash or restart, :meth:`Engine.start` reconciles: an action left ``executing`` is
+checked against the cluster's real state — done there: marked succeeded, not repeated;
+not done and still fresh: carried out once more (adapters are idempotent); stale: failed
+for a person. Then the policy's memory (which nodes gpuops holds) is rebuilt from the
+store and from the scheduler's own view of gpuops-owned drains.
+
+Run-time switches (armed, paused, the breaker) live in the store, so they survive restarts
+and every replica sees the same; each change is audited with its actor. Time comes from an
+injected clock (wall seconds); replay passes one that returns telemetry time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Protocol
+
+from collector.schema import Action, FaultClass, FollowUp, Grade
+from models.node_scores import NodeScores
+
+from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id, scheduler_reason
+from .adapters.base import Adapter, AdapterError, NodeStatus, TransientAdapterError
+from .adapters.dryrun import DryRunAdapter
+from .config import PolicyConfig
+from .policy import Decision, Explain, NodeState, PolicyState, decide
+from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
+from .store import ActionStore, NodeScoreRow
+
+log = logging.getLogger(__name__)
+
+#: how far back the engine reads its own history at start (holds, lemons, cooldowns), s
+HISTORY_S = 30 * 86400.0
+_MAX_BACKOFF_S = 300.0
+
+
+class CommandChannel(Protocol):
+    """Sends a signed GPU reset to a node agent (remediation/adapters/agent_commands.py)."""
+
+    def send_reset(self, action_id: str, node: str, gpu: int, reason: str, now: float) -> Any: ...
+
+
+def kind_of(d: Decision) -> ActionKind:
+    """The action a policy decision asks for."""
+    if d.action is Action.DRAIN:
+        if d.follow_up is FollowUp.RESET_WHEN_IDLE:
+            return ActionKind.DRAIN_RESET
+        if d.follow_up is FollowUp.REBOOT:
+            return ActionKind.DRAIN_REBOOT
+        return ActionKind.DRAIN
+    return {Action.RESET: ActionKind.RESET, Action.REQUEUE: ActionKind.REQUEUE,
+            Action.RESUME: ActionKind.RESUME, Action.ALERT: ActionKind.ALERT}[d.action]
+
+
+@dataclass(frozen=True)
+class _Past:
+    """One earlier action, as the safety limits need it."""
+
+    node: str
+    kind: ActionKind
+    created_at: float
+    automatic: bool
+
+
+class Engine:
+    """See the module docstring. Thread-safe: the API may call in while the tick runs."""
+
+    def __init__(self, store: ActionStore, adapter: Adapter, *, policy: PolicyConfig | None = None,
+                 safety: SafetyConfig | None = None, dry: DryRunAdapter | None = None,
+                 commands: CommandChannel | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.adapter = adapter
+        self.dry = dry if dry is not None else (
+            adapter if isinstance(adapter, DryRunAdapter) and adapter.name == "dryrun" else DryRunAdapter())
+        self.policy = policy or PolicyConfig()
+        self.safety = safety or SafetyConfig()
+        self.commands = commands
+        self.clock = clock
+        self.state = PolicyState()
+        self._lock = threading.RLock()
+        #: node -> the action that holds it out of service (open or verified, not yet resumed)
+        self.holds: dict[str, ActionRecord] = {}
+        self._past: list[_Past] = []
+        self._fleet_size = 0
+        self._partitions: dict[str, tuple[str, ...]] = {}
+        self.counts: dict[str, int] = {}
+
+    # ---- run-time switches (in the store: shared, audited, survive restarts) --------------
+
+    @property
+    def armed(self) -> bool:
+        return bool(self.store.get_setting("armed", self.safety.armed))
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.store.get_setting("paused", False))
+
+    @property
+    def breaker(self) -> dict[str, Any]:
+        return dict(self.store.get_setting("breaker", {"open": False}))
+
+    def arm(self, actor: str, note: str = "") -> None:
+        self.store.set_setting("armed", True, actor, note or "armed")
+        log.warning("automation ARMED by %s: actions now reach %s", actor, self.adapter.name)
+
+    def disarm(self, actor: str, note: str = "") -> None:
+        self.store.set_setting("armed", False, actor, note or "disarmed")
+        log.warning("automation disarmed by %s: actions go to the dry-run adapter", actor)
+
+    def pause(self, actor: str, note: str = "") -> None:
+        self.store.set_setting("paused", True, actor, note or "paused")
+
+    def unpause(self, actor: str, note: str = "") -> None:
+        self.store.set_setting("paused", False, actor, note or "resumed")
+
+    def reset_breaker(self, actor: str, note: str) -> None:
+        """A person closes the breaker (a note saying why is required)."""
+        if not note.strip():
+            raise ValueError("closing the breaker needs a note saying why it is safe")
+        self.store.set_setting("breaker", {"open": False, "closed_at": self.clock(), "closed_by": actor},
+                               actor, note)
+        log.warning("circuit breaker closed by %s: %s", actor, note)
+
+    def _open_breaker(self, nodes: int, limit: int) -> None:
+        why = (f"{nodes} distinct nodes acted on within {self.safety.breaker_window_s:.0f} s "
+               f"(limit {limit}): usually the telemetry, not the fleet")
+        self.store.set_setting("breaker", {"open": True, "opened_at": self.clock(), "why": why}, ENGINE_ACTOR, why)
+        self._count("breaker_opened")
+        log.error("circuit breaker OPEN: %s; automation stops until a person closes it", why)
+
+    # ---- start-up ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """After a (re)start: load history, reconcile in-flight actions, rebuild the policy state."""
+        with self._lock:
+            self._load_history()
+            self.reconcile()
+            self.state = self.rebuild_state()
+
+    def _load_history(self) -> None:
+        now = self.clock()
+        recs = self.store.query(since=now - HISTORY_S, limit=1_000_000)
+        recs.sort(key=lambda r: r.created_at)
+        self._past = [_Past(r.node, r.kind, r.created_at, r.actor == ENGINE_ACTOR) for r in recs
+                      if r.kind.touches_cluster and r.state not in (ActionState.REJECTED, ActionState.CANCELLED)]
+        self.holds = {}
+        for r in recs:
+            if r.state in (ActionState.REJECTED, ActionState.CANCELLED, ActionState.FAILED):
+                continue
+            if r.kind is ActionKind.RESUME and r.state in (ActionState.SUCCEEDED, ActionState.VERIFIED):
+                self.holds.pop(r.node, None)
+            elif r.kind.holds_node:
+                self.holds[r.node] = r
+
+    def rebuild_state(self) -> PolicyState:
+        """The policy's memory from the store's holds and the scheduler's gpuops-owned drains."""
+        nodes: dict[str, NodeState] = {}
+        for name, r in self.holds.items():
+            nodes[name] = NodeState(held_since=r.incident_ts,
+                                    held_grade=Grade(r.grade) if r.grade else Grade.CERTAIN,
+                                    held_fault=FaultClass(r.fault) if r.fault in FaultClass._value2member_map_ else None)
+        try:
+            listed = self._adapter(self.armed).list_nodes()
+        except AdapterError as e:
+            log.warning("cannot list the scheduler's nodes to rebuild state (%s); using the store alone", e)
+            listed = []
+        now = self.clock()
+        for st in listed:
+            self._partitions[st.name] = st.partitions
+            if st.drained and st.ours and st.name not in nodes:
+                # drained by gpuops but unknown to this store (a lost store, another installation):
+                # held, so that the policy's verification decides when it goes back
+                log.warning("%s: drained by gpuops (%r) without a record here: held until verified", st.name, st.reason)
+                nodes[st.name] = NodeState(held_since=now, held_grade=Grade.CERTAIN)
+        return PolicyState(nodes=nodes)
+
+    def reconcile(self) -> int:
+        """Bring every in-flight action in line with the cluster; returns how many it moved."""
+        moved = 0
+        for rec in self.store.open_actions():
+            if rec.state is ActionState.EXECUTING:
+                moved += self._reconcile_executing(rec, restart=True)
+            elif rec.state is ActionState.APPROVED:
+                moved += 1
+                self._execute(rec)
+        return moved
+
+    # ---- one tick ---------------------------------------------------------------------------
+
+    def tick(self, scores: NodeScores, explain: Explain) -> list[ActionRecord]:
+        """Decide on one tick of node scores and act on the decisions; returns the new records."""
+        with self._lock:
+            self._fleet_size = max(self._fleet_size, len(scores))
+            decisions, self.state = decide(scores, self.state, scores.ts, self.policy, explain)
+            evidence = self._evidence(scores, decisions)
+            recs = self.submit(decisions, evidence)
+            self._put_scores(scores)
+            self.maintain()
+            return recs
+
+    def _evidence(self, s: NodeScores, decisions: list[Decision]) -> dict[str, dict[str, Any]]:
+        if not decisions:
+            return {}
+        pos = {str(n): i for i, n in enumerate(s.node)}
+        out = {}
+        for d in decisions:
+            i = pos.get(d.node)
+            if i is not None:
+                out[d.node] = {"p_fail": round(float(s.p_fail[i]), 4), "anomaly": round(float(s.anomaly[i]), 6),
+                               "fault": (s.fault_class(i).value if s.fault_class(i) else None),
+                               "gpu": int(s.gpu[i]), "rule": int(s.rule[i])}
+        return out
+
+    def _put_scores(self, s: NodeScores) -> None:
+        held = self.holds
+        rows = [NodeScoreRow(node=str(n), ts=s.ts, risk=float(p), fault=s.fault_class(i).value if f > 0 else None,
+                             anomaly=float(a), rule=int(r) if r >= 0 else None,
+                             state="held" if str(n) in held else "ok")
+                for i, (n, p, f, a, r) in enumerate(zip(s.node, s.p_fail, s.fault, s.anomaly, s.rule))]
+        self.store.put_scores(rows)
+
+    def submit(self, decisions: Iterable[Decision], evidence: dict[str, dict[str, Any]] | None = None
+               ) -> list[ActionRecord]:
+        """Gate, persist and carry out the policy's decisions (one tick)."""
+        decisions = list(decisions)
+        if not decisions:
+            return []
+        with self._lock:
+            now = self.clock()
+            armed = self.armed
+            snap = self._snapshot(now)
+            self._check_breaker(decisions, snap)
+            out: list[ActionRecord] = []
+            for d in decisions:
+                rec = self._record(d, now, armed, (evidence or {}).get(d.node, {}))
+                rec = self._admit(rec, snap)
+                if rec is not None:
+                    out.append(rec)
+            return out
+
+    def _record(self, d: Decision, now: float, armed: bool, evidence: dict[str, Any]) -> ActionRecord:
+        kind = kind_of(d)
+        fault = d.fault.value if d.fault else None
+        aid = action_id(d.node, kind, d.gpu, fault, d.ts)
+        return ActionRecord(
+            id=aid, node=d.node, kind=kind, state=ActionState.PROPOSED, reason=d.reason, actor=ENGINE_ACTOR,
+            incident_ts=d.ts, created_at=now, updated_at=now, gpu=d.gpu, fault=fault, grade=d.grade.value,
+            source=d.source, score=float(d.score), evidence={**evidence, "follow_up": d.follow_up.value if d.follow_up else None},
+            dry_run=not armed, adapter=self.adapter.name if armed else self.dry.name)
+
+    def _snapshot(self, now: float) -> Snapshot:
+        cfg = self.safety
+        auto = [p for p in self._past if p.automatic]
+        last: dict[str, float] = {}
+        lemons: dict[str, int] = {}
+        for p in auto:
+            if p.kind is ActionKind.RESUME:
+                continue
+            last[p.node] = max(last.get(p.node, 0.0), p.created_at)
+            if now - p.created_at < cfg.lemon_window_s and p.kind.holds_node:
+                lemons[p.node] = lemons.get(p.node, 0) + 1
+        sizes: dict[str, int] = {}
+        for parts in self._partitions.values():
+            for part in parts:
+                sizes[part] = sizes.get(part, 0) + 1
+        breaker = self.breaker
+        return Snapshot(
+            now=now, fleet_size=max(self._fleet_size, len(self._partitions)), held=set(self.holds),
+            partition_of=self._partitions, partition_size=sizes,
+            actions_in_window=sum(1 for p in auto if p.kind.holds_node and now - p.created_at < cfg.action_window_s),
+            last_action_at=last, recent_holds=lemons, paused=self.paused, breaker_open=bool(breaker.get("open")))
+
+    def _check_breaker(self, decisions: list[Decision], snap: Snapshot) -> None:
+        if snap.breaker_open:
+            return
+        cfg = self.safety
+        acting = {d.node for d in decisions if kind_of(d).holds_node}
+        if not acting:
+            return
+        recent = {p.node for p in self._past
+                  if p.automatic and p.kind.holds_node and snap.now - p.created_at < cfg.breaker_window_s}
+        limit = breaker_limit(cfg, snap.fleet_size)
+        if len(recent | acting) > limit:
+            self._open_breaker(len(recent | acting), limit)
+            snap.breaker_open = True
+
+    def _admit(self, rec: ActionRecord, snap: Snapshot) -> ActionRecord | None:
+        """Gate one new record, persist it, and execute it if it may go now."""
+        if rec.kind is ActionKind.ALERT:
+            rec = replace(rec, state=ActionState.SUCCEEDED)
+            if self.store.insert(rec, note="alert"):
+                self._count("alert")
+                return rec
+            return None
+        if rec.kind is ActionKind.RESUME and rec.node not in self.holds:
+            self._unhold(rec.node)            # the policy held it, but gpuops never took it out
+            return None
+        status = self._status(rec)
+        verdict = gate(rec.kind, rec.node, rec.incident_ts, snap, self.safety,
+                       maintenance=bool(status and status.maintenance),
+                       not_ours=bool(status and status.drained and not status.ours and rec.kind.holds_node))
+        rec = replace(rec, blocked_by=verdict.blocked_by)
+        if not self.store.insert(rec, note=verdict.why or "proposed by the policy"):
+            self._count("duplicate")
+            return None                      # the same incident again (a replay after a restart)
+        if rec.kind.holds_node and verdict.outcome is not Outcome.NO:
+            self.holds[rec.node] = rec
+            snap.held.add(rec.node)
+            snap.actions_in_window += verdict.outcome is Outcome.GO
+            snap.last_action_at[rec.node] = snap.now
+            self._past.append(_Past(rec.node, rec.kind, rec.created_at, True))
+        if verdict.outcome is Outcome.NO:
+            rec = self._move(rec, ActionState.REJECTED, ENGINE_ACTOR, f"{verdict.blocked_by}: {verdict.why}")
+            self._unhold(rec.node)
+            self._count(f"rejected_{verdict.blocked_by}")
+            return rec
+        if verdict.outcome is Outcome.PERSON:
+            self._count(f"held_for_person_{verdict.blocked_by}")
+            log.info("%s %s on %s waits for a person: %s", rec.id, rec.kind.value, rec.node, verdict.why)
+            return rec
+        rec = self._move(rec, ActionState.APPROVED, ENGINE_ACTOR, "within every safety limit")
+        return self._execute(rec)
+
+    def _status(self, rec: ActionRecord) -> NodeStatus | None:
+        try:
+            return self._adapter(not rec.dry_run).status(rec.node)
+        except AdapterError as e:
+            log.warning("%s: cannot read node state before %s (%s)", rec.node, rec.kind.value, e)
+            return None
+
+    # ---- execution ----------------------------------------------------------------------------
+
+    def _adapter(self, armed: bool) -> Adapter:
+        return self.adapter if armed else self.dry
+
+    def _execute(self, rec: ActionRecord) -> ActionRecord:
+        """approved → executing (persisted) → the adapter → succeeded | failed | retry later."""
+        rec = self._move(rec, ActionState.EXECUTING, ENGINE_ACTOR, "calling " + rec.adapter,
+                         attempts=rec.attempts + 1)
+        return self._call(rec)
+
+    def _call(self, rec: ActionRecord) -> ActionRecord:
+        adapter = self._adapter(not rec.dry_run)
+        reason = scheduler_reason(rec.kind, rec.fault, rec.id)
+        try:
+            result = self._carry_out(adapter, rec, reason)
+        except TransientAdapterError as e:
+            return self._transient(rec, e)
+        except AdapterError as e:
+            self._unhold(rec.node)
+            self._count(f"failed_{rec.kind.value}")
+            return self._move(rec, ActionState.FAILED, ENGINE_ACTOR, str(e), error=str(e))
+        if result.get("awaiting"):
+            return self._save(rec, f"waiting for {result['awaiting']}", result={**rec.result, **result}, error=None)
+        self._count(f"succeeded_{rec.kind.value}")
+        if rec.kind is ActionKind.RESUME:
+            self.holds.pop(rec.node, None)
+            self._unhold(rec.node)
+        return self._move(rec, ActionState.SUCCEEDED, ENGINE_ACTOR, "done by " + adapter.name,
+                          result={**rec.result, **result}, error=None)
+
+    def _carry_out(self, adapter: Adapter, rec: ActionRecord, reason: str) -> dict[str, Any]:
+        k = rec.kind
+        if k is ActionKind.RESUME:
+            adapter.resume(rec.node, reason)
+            return {}
+        if k is ActionKind.REQUEUE:
+            return {"requeued": adapter.requeue(rec.node, reason)}
+        if k is ActionKind.REBOOT:
+            adapter.reboot(rec.node, reason)
+            return {}
+        adapter.drain(rec.node, reason)
+        if k is ActionKind.DRAIN_REBOOT:
+            adapter.reboot(rec.node, reason)      # Slurm: `reboot ASAP` waits for the jobs itself
+            return {"follow_up": "reboot"}
+        if k is ActionKind.DRAIN_RESET:
+            return {"follow_up": "reset_when_idle"}
+        if k is ActionKind.RESET:
+            return self._send_reset(rec, reason)
+        return {}
+
+    def _send_reset(self, rec: ActionRecord, reason: str) -> dict[str, Any]:
+        if rec.dry_run:
+            return {"reset": "dry-run: a signed reset would go to the node agent"}
+        if self.commands is None:
+            raise _NoChannel(f"{rec.node}: a GPU reset needs the node agent's command channel "
+                             "(commands: in the service config); the node stays drained for a person")
+        if rec.gpu is None:
+            raise _NoChannel(f"{rec.node}: the reset names no GPU; the node stays drained for a person")
+        self.commands.send_reset(rec.id, rec.node, rec.gpu, reason, self.clock())
+        return {"awaiting": "the node agent's reset result", "command_sent_at": self.clock()}
+
+    def _transient(self, rec: ActionRecord, e: TransientAdapterError) -> ActionRecord:
+        self._count(f"transient_{rec.kind.value}")
+        if rec.attempts >= self.safety.max_attempts:
+            self._unhold(rec.node)
+            return self._move(rec, ActionState.FAILED, ENGINE_ACTOR,
+                              f"gave up after {rec.attempts} attempts: {e}", error=str(e))
+        wait = e.retry_after_s or min(_MAX_BACKOFF_S, self.safety.retry_backoff_s * 2 ** min(rec.attempts - 1, 16))
+        return self._save(rec, f"attempt {rec.attempts} failed ({e}); retry in {wait:.0f} s", error=str(e),
+                          result={**rec.result, "retry_at": self.clock() + wait})
+
+    def on_command_result(self, action: str, status: str, detail: str = "") -> ActionRecord | None:
+        """The node agent's answer to a reset (gpu.events): records it on its action."""
+        with self._lock:
+            rec = self.store.get(action)
+            if rec is None:
+                log.warning("command result for unknown action %s (%s): ignored", action, status)
+                return None
+            if rec.kind is ActionKind.RESET and rec.state is ActionState.EXECUTING:
+                if status == "succeeded":
+                    return self._move(rec, ActionState.SUCCEEDED, ENGINE_ACTOR, "agent: " + detail,
+                                      result={**rec.result, "reset": detail or "succeeded", "awaiting": None})
+                return self._move(rec, ActionState.FAILED, ENGINE_ACTOR, f"agent {status}: {detail}",
+                                  error=f"{status}: {detail}")
+            if rec.kind is ActionKind.DRAIN_RESET:
+                return self._save(rec, f"follow-up reset {status}: {detail}",
+                                  result={**rec.result, "follow_up_state": status, "follow_up_detail": detail})
+            log.info("command result for %s in state %s: recorded only in the log", action, rec.state.value)
+            return rec
+
+    # ---- after the fact: retry, verify, follow up, expire -------------------------------------
+
+    def maintain(self) -> None:
+        """One pass over every open action (each tick, and from the scheduler's job)."""
+        with self._lock:
+            now = self.clock()
+            for rec in self.store.open_actions():
+                try:
+                    if rec.state is ActionState.PROPOSED:
+                        if now - rec.created_at > self.safety.proposal_ttl_s:
+                            self._move(rec, ActionState.CANCELLED, ENGINE_ACTOR,
+                                       f"expired: nobody approved it within {self.safety.proposal_ttl_s:.0f} s")
+                            self._unhold(rec.node)
+                    elif rec.state is ActionState.EXECUTING:
+                        self._reconcile_executing(rec, restart=False)
+                    elif rec.state is ActionState.SUCCEEDED:
+                        self._verify(rec)
+                except AdapterError as e:
+                    log.warning("%s %s on %s: %s (next pass retries)", rec.id, rec.kind.value, rec.node, e)
+
+    def _reconcile_executing(self, rec: ActionRecord, restart: bool) -> int:
+        now = self.clock()
+        if rec.result.get("awaiting"):
+            sent = float(rec.result.get("command_sent_at") or rec.updated_at)
+            if now - sent > self.safety.reset_timeout_s:
+                self._unhold(rec.node)
+                self._move(rec, ActionState.FAILED, ENGINE_ACTOR,
+                           f"no result from the node agent within {self.safety.reset_timeout_s:.0f} s "
+                           "(not sent again: a person checks the GPU)", error="reset timed out")
+                return 1
+            return 0
+        if not restart and now < float(rec.result.get("retry_at") or 0.0):
+            return 0
+        adapter = self._adapter(not rec.dry_run)
+        st = adapter.status(rec.node)
+        if _done(rec.kind, st):
+            why = "reconciled: the cluster shows it done" + (" (after a restart)" if restart else "")
+            if rec.kind is ActionKind.RESET:
+                return 0 if not restart else self._restart_reset(rec)
+            self._move(rec, ActionState.SUCCEEDED, ENGINE_ACTOR, why)
+            if rec.kind is ActionKind.RESUME:
+                self.holds.pop(rec.node, None)
+                self._unhold(rec.node)
+            return 1
+        if now - rec.incident_ts > self.safety.freshness_s and restart:
+            self._unhold(rec.node)
+            self._move(rec, ActionState.FAILED, ENGINE_ACTOR, "not repeated after a restart: the decision is stale",
+                       error="stale after restart")
+            return 1
+        rec = self._save(rec, "attempt again" + (" after a restart" if restart else ""), attempts=rec.attempts + 1)
+        self._call(rec)
+        return 1
+
+    def _restart_reset(self, rec: ActionRecord) -> int:
+        # drained, but was the command sent? Without a record of it, sending once is safe: the
+        # agent refuses a busy GPU and a command id it has already executed
+        self._call(rec)
+        return 1
+
+    def _verify(self, rec: ActionRecord) -> None:
+        adapter = self._adapter(not rec.dry_run)
+        st = adapter.status(rec.node)
+        if rec.kind is ActionKind.DRAIN_RESET and rec.result.get("follow_up_state") is None:
+            if _done(rec.kind, st) and st.idle:
+                self._follow_up_reset(rec)
+            return
+        if _done(rec.kind, st):
+            self._move(rec, ActionState.VERIFIED, ENGINE_ACTOR, f"verified: {st.raw_state or 'as expected'}")
+
+    def _follow_up_reset(self, rec: ActionRecord) -> None:
+        if rec.dry_run or self.commands is None or rec.gpu is None:
+            why = ("dry-run" if rec.dry_run else "no command channel" if self.commands is None else "no GPU named")
+            self._save(rec, f"node idle: reset {'recorded' if rec.dry_run else 'left to a person'} ({why})",
+                       result={**rec.result, "follow_up_state": "dry-run" if rec.dry_run else "skipped",
+                               "follow_up_detail": why})
+            return
+        self.commands.send_reset(rec.id, rec.node, rec.gpu, scheduler_reason(rec.kind, rec.fault, rec.id), self.clock())
+        self._save(rec, "node idle: GPU reset sent to the agent", result={**rec.result, "follow_up_state": "sent"})
+
+    # ---- people -------------------------------------------------------------------------------
+
+    def request(self, kind: ActionKind, node: str, reason: str, actor: str, *, gpu: int | None = None,
+                dry_run: bool = True, force: bool = False) -> ActionRecord:
+        """An operator's action: recorded, approved by the caller, carried out (dry run by default).
+
+        The id is deterministic per (node, kind, GPU, actor, minute), so a retried request
+        returns the first one's record. Maintenance and, for a resume, the verification window
+        are checked unless ``force``.
+        """
+        if not reason.strip():
+            raise ValueError("a reason is required")
+        with self._lock:
+            now = self.clock()
+            aid = action_id(node, kind, gpu, None, float(int(now // 60) * 60), actor)
+            existing = self.store.get(aid)
+            if existing is not None:
+                return existing
+            rec = ActionRecord(id=aid, node=node, kind=kind, state=ActionState.PROPOSED, reason=reason, actor=actor,
+                               incident_ts=now, created_at=now, updated_at=now, gpu=gpu, source="operator",
+                               dry_run=dry_run, adapter=self.dry.name if dry_run else self.adapter.name)
+            st = self._status(rec)
+            why = ""
+            if st is not None and not st.exists:
+                why = f"{node} is not a node the scheduler knows"
+            elif st is not None and st.maintenance and not force:
+                why = f"{node} is under declared maintenance (force to override)"
+            elif kind is ActionKind.RESUME and not force:
+                why = self._unclean(node, now)
+            self.store.insert(rec, note="requested by " + actor)
+            if why:
+                return self._move(rec, ActionState.REJECTED, actor, why, blocked_by="operator_check")
+            if kind.holds_node:
+                self.holds[node] = rec
+                self._past.append(_Past(node, kind, now, False))
+            rec = self._move(rec, ActionState.APPROVED, actor, "operator request")
+            return self._execute(rec)
+
+    def _unclean(self, node: str, now: float) -> str:
+        hold = self.holds.get(node)
+        ns = self.state.nodes.get(node)
+        if hold is None:
+            return ""
+        clean_since = ns.healthy_since if ns is not None else None
+        if clean_since is None or now - clean_since < self.safety.verify_window_s:
+            return (f"{node} has not had {self.safety.verify_window_s / 60:.0f} min of clean telemetry "
+                    "since gpuops took it out (force to override)")
+        return ""
+
+    def approve(self, aid: str, actor: str, note: str = "") -> ActionRecord:
+        with self._lock:
+            rec = self._get(aid)
+            override = f" (overrides {rec.blocked_by})" if rec.blocked_by else ""
+            rec = self._move(rec, ActionState.APPROVED, actor, (note or "approved") + override)
+            if rec.kind.holds_node:
+                self.holds[rec.node] = rec
+            return self._execute(rec)
+
+    def reject(self, aid: str, actor: str, note: str = "") -> ActionRecord:
+        with self._lock:
+            rec = self._move(self._get(aid), ActionState.REJECTED, actor, note or "rejected")
+            self._unhold(rec.node, rec.id)
+            return rec
+
+    def cancel(self, aid: str, actor: str, note: str = "") -> ActionRecord:
+        with self._lock:
+            rec = self._move(self._get(aid), ActionState.CANCELLED, actor, note or "cancelled")
+            self._unhold(rec.node, rec.id)
+            return rec
+
+    def _get(self, aid: str) -> ActionRecord:
+        rec = self.store.get(aid)
+        if rec is None:
+            raise KeyError(f"no action with id {aid!r}")
+        return rec
+
+    # ---- bookkeeping --------------------------------------------------------------------------
+
+    def _move(self, rec: ActionRecord, to: ActionState, actor: str, note: str, **changes: Any) -> ActionRecord:
+        new = rec.moved(to, self.clock(), **changes)
+        return self.store.update(new, expect=rec.state, actor=actor, note=note)
+
+    def _save(self, rec: ActionRecord, note: str, **changes: Any) -> ActionRecord:
+        new = replace(rec, updated_at=self.clock(), **changes)
+        return self.store.update(new, expect=rec.state, actor=ENGINE_ACTOR, note=note)
+
+    def _unhold(self, node: str, only: str | None = None) -> None:
+        """The node is not (or no longer) held by gpuops: tell the policy so it may decide again."""
+        hold = self.holds.get(node)
+        if hold is not None and (only is None or hold.id == only) and hold.state is not ActionState.VERIFIED:
+            self.holds.pop(node, None)
+        if node in self.holds:
+            return
+        ns = self.state.nodes.get(node)
+        if ns is not None and ns.held_since is not None:
+            nodes = dict(self.state.nodes)
+            nodes[node] = replace(ns, held_since=None, held_grade=None, held_fault=None, healthy_since=None)
+            self.state = replace(self.state, nodes=nodes)
+
+    def _count(self, key: str) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def status(self) -> dict[str, Any]:
+        """What the engine is doing, for the API and the CLI."""
+        return {"armed": self.armed, "paused": self.paused, "breaker": self.breaker,
+                "adapter": self.adapter.name, "held": sorted(self.holds), "counts": dict(self.counts),
+                "safety": self.safety.model_dump(mode="json")}
+
+
+class _NoChannel(AdapterError):
+    """A reset that cannot be sent (permanent)."""
+
+
+def _done(kind: ActionKind, st: NodeStatus) -> bool:
+    """Whether the node's real state shows *kind* carried out."""
+    if not st.exists:
+        return False
+    if kind is ActionKind.RESUME:
+        return not st.drained
+    if kind is ActionKind.REBOOT:
+        return not st.rebooting and not st.down
+    if kind is ActionKind.DRAIN_REBOOT:
+        return st.rebooting or (st.drained and st.ours)
+    return st.drained and st.ours
