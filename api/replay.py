@@ -35,7 +35,12 @@ from pipeline.frames import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 from remediation.config import PolicyConfig
+from remediation.actions import ActionRecord
+from remediation.adapters.dryrun import DryRunAdapter
+from remediation.engine import Engine
 from remediation.policy import Decision, PolicyState, decide
+from remediation.safety import SafetyConfig
+from remediation.store import ActionStore
 
 #: recording read window, s: bounds memory to one window of rows
 READ_WINDOW_S = 3600.0
@@ -73,15 +78,44 @@ class ReplayResult:
     decisions: list[Decision] = field(default_factory=list)
     baseline_decisions: list[Decision] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    #: the engine's action records (only when replayed through an engine, :func:`dry_run_engine`)
+    actions: list[ActionRecord] = field(default_factory=list)
+
+
+class TelemetryClock:
+    """The engine's clock during replay: the telemetry time of the tick being decided."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def dry_run_engine(policy: PolicyConfig, safety: SafetyConfig | None = None,
+                   store_url: str = "sqlite://") -> tuple[Engine, TelemetryClock]:
+    """An engine for replay: the dry-run adapter, an in-memory store unless given, telemetry time.
+
+    With the default safety limits the replay shows what gpuops would really have done,
+    limits included; ``SafetyConfig(max_held_nodes=..., ...)`` wide open shows the policy alone.
+    """
+    clock = TelemetryClock()
+    store = ActionStore(store_url)
+    store.migrate()
+    engine = Engine(store, DryRunAdapter(), policy=policy, safety=safety, clock=clock)
+    engine.start()
+    return engine, clock
 
 
 class Replayer:
     """Pushes recordings through pipeline, models and policy (dry run, telemetry time)."""
 
     def __init__(self, bundle: ModelBundle, policy: PolicyConfig, pipeline: PipelineSettings | None = None,
-                 score_rows: int = 10_000):
+                 score_rows: int = 10_000, engine: tuple[Engine, TelemetryClock] | None = None):
         self.bundle = bundle
-        self.policy = policy
+        self.policy = engine[0].policy if engine is not None else policy
+        #: when given, the model policy's decisions are the engine's (safety, store, dry-run adapter)
+        self.engine = engine
         self.baseline_policy = policy.model_copy(update={"use_model": False})
         self.pipeline_settings = pipeline or PipelineSettings()
         self.score_rows = score_rows
@@ -150,6 +184,12 @@ class Replayer:
             explain = self._explainer(batch, ns)
             for k, (cfg, out) in enumerate(((self.policy, result.decisions),
                                             (self.baseline_policy, result.baseline_decisions))):
+                if k == 0 and self.engine is not None:
+                    engine, clock = self.engine
+                    clock.now = batch.ts
+                    result.actions.extend(engine.tick(ns, explain))
+                    out.extend(engine.last_decisions)
+                    continue
                 d, states[k] = decide(ns, states[k], batch.ts, cfg, explain)
                 out.extend(d)
         self.clock.cpu["policy"] += time.process_time() - c1

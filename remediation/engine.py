@@ -97,6 +97,8 @@ class Engine:
         self._fleet_size = 0
         self._partitions: dict[str, tuple[str, ...]] = {}
         self.counts: dict[str, int] = {}
+        #: the policy's decisions of the last tick (replay reports them beside the records)
+        self.last_decisions: list[Decision] = []
 
     # ---- run-time switches (in the store: shared, audited, survive restarts) --------------
 
@@ -205,6 +207,7 @@ class Engine:
         with self._lock:
             self._fleet_size = max(self._fleet_size, len(scores))
             decisions, self.state = decide(scores, self.state, scores.ts, self.policy, explain)
+            self.last_decisions = decisions
             evidence = self._evidence(scores, decisions)
             recs = self.submit(decisions, evidence)
             self._put_scores(scores)

@@ -9,10 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from api.cli import build_cli
-from api.replay import Replayer, build_report
+from api.replay import Replayer, build_report, dry_run_engine
 from collector.simulator import SimConfig, simulate_recording
 from models.bundle import ModelBundle, default_model_path
 from remediation.config import PolicyConfig
+from remediation.safety import SafetyConfig
 from tests.foreign import rename, write_foreign
 
 
@@ -87,3 +88,30 @@ def test_the_model_catches_more_failures_early_than_the_rules(small_recording, b
             assert d["grade"] == "corroborated", d           # never a hard action on a prediction alone
         if d["source"] == "anomaly":
             assert "most off" in d["reason"] and ("healthy p" in d["reason"] or "baseline" in d["reason"]), d
+
+
+def test_a_replay_through_the_dry_run_engine_takes_the_same_actions_as_the_replay_report(small_recording, bundle):
+    cfg = PolicyConfig()
+    plain = Replayer(bundle, cfg).run(small_recording)
+    wide_open = SafetyConfig(max_held_nodes=10_000, max_held_fraction=1, max_held_fraction_per_partition=1,
+                             max_actions_per_window=10_000, breaker_nodes=10_000, breaker_fraction=1,
+                             node_cooldown_s=0, lemon_actions=10_000)
+    engine = dry_run_engine(cfg, wide_open)
+    through = Replayer(bundle, cfg, engine=engine).run(small_recording)
+    assert [d.to_dict() for d in through.decisions] == [d.to_dict() for d in plain.decisions]
+    acting = [(d.node, d.ts, d.action.value) for d in plain.decisions if d.action.value != "alert"]
+    assert acting, "the recording must make the policy act"
+    recorded = [(r.node, r.incident_ts, "drain" if r.kind.value.startswith("drain") else r.kind.value)
+                for r in through.actions if r.kind.value != "alert"]
+    assert recorded == acting
+    assert {r.dry_run for r in through.actions} == {True}
+    assert all(r.state.value in ("succeeded", "verified") for r in through.actions)
+    assert len(engine[0].store.query(limit=100_000)) == len(through.actions)
+
+
+def test_a_replay_through_the_engine_with_default_limits_shows_what_safety_held_back(small_recording, bundle):
+    cfg = PolicyConfig()
+    tight = SafetyConfig(max_held_nodes=1)
+    through = Replayer(bundle, cfg, engine=dry_run_engine(cfg, tight)).run(small_recording)
+    held = [r for r in through.actions if r.blocked_by == "cap_held"]
+    assert held and all(r.state.value in ("proposed", "cancelled") for r in held)
