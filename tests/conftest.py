@@ -1,7 +1,8 @@
 """Fixtures for the real test services (shared/DESIGN.md, "Test services").
 
-Tests that integrate talk to a real Kafka broker and a real Slurm controller, started by
-``deploy/testservices/run-tests.sh`` (or by hand with ``kafka_up.sh`` / ``slurm_up.sh``).
+Tests that integrate talk to a real Kafka broker, a real Slurm controller and a real
+PostgreSQL server, started by ``deploy/testservices/run-tests.sh`` (or by hand with
+``kafka_up.sh`` / ``slurm_up.sh`` / ``postgres_up.sh``).
 A test whose service is missing is skipped locally with a message saying how to start
 it; with ``CI=true`` the same situation fails the test instead, so CI cannot go green by
 skipping. Only service fixtures live here; packages add their own in their subfolders.
@@ -31,6 +32,8 @@ from tests.helpers import wait_until  # noqa: E402
 
 KAFKA_HINT = ("no Kafka broker: run deploy/testservices/kafka_up.sh and "
               "export GPUOPS_TEST_KAFKA=127.0.0.1:19092")
+POSTGRES_HINT = ("no PostgreSQL server: run deploy/testservices/postgres_up.sh and export "
+                 "GPUOPS_TEST_POSTGRES=postgresql+psycopg://postgres@127.0.0.1:15432/gpuops")
 SLURM_HINT = ("no Slurm controller: run deploy/testservices/slurm_up.sh and "
               "export SLURM_CONF=/tmp/gpuops-slurm/etc/slurm.conf")
 
@@ -132,6 +135,29 @@ def slurm_conf() -> Path:
         service_missing(f"slurmctld is not up for SLURM_CONF={conf} "
                         f"(scontrol ping: {(ping.stdout + ping.stderr).strip()!r}); {SLURM_HINT}")
     return Path(conf)
+
+
+# ---- PostgreSQL -------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """SQLAlchemy URL of the real test database (``GPUOPS_TEST_POSTGRES``), checked to connect.
+
+    Tests that write make their own schema or database in it (tests/remediation/conftest.py).
+    """
+    url = os.environ.get("GPUOPS_TEST_POSTGRES", "").strip()
+    if not url:
+        service_missing(POSTGRES_HINT)
+    import sqlalchemy as sa
+
+    try:
+        engine = sa.create_engine(url, connect_args={"connect_timeout": 10})
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        engine.dispose()
+    except (sa.exc.SQLAlchemyError, ImportError) as e:
+        service_missing(f"GPUOPS_TEST_POSTGRES={url} but the server is unreachable ({e}); {POSTGRES_HINT}")
+    return url
 
 
 # ---- shared fixtures tree -------------------------------------------------------------------

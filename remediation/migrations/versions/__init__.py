@@ -1,0 +1,1 @@
+"""Migration scripts of the action store, oldest first by ``down_revision``."""

@@ -1,0 +1,478 @@
+"""The action store: every action record, its audit trail, the latest node scores, settings.
+
+One code path for SQLite (a single engine host: ``sqlite:////var/lib/gpuops/actions.db``, or
+``sqlite://`` in memory for tests) and PostgreSQL (``postgresql+psycopg://user@host:5432/db``),
+through SQLAlchemy Core. The schema is owned by the Alembic migrations shipped in
+``remediation/migrations/`` and applied by :meth:`ActionStore.migrate`.
+
+The engine writes a record *before* it calls a scheduler adapter and moves it through its
+states by compare-and-set (:meth:`ActionStore.update` with ``expect``), so two writers — or
+one writer that crashed and came back — can never both carry out the same move. Every move
+writes an audit event in the same transaction.
+
+SQLite runs in WAL mode (readers never block the writer), with a busy timeout, foreign keys
+on, and every write transaction opened ``BEGIN IMMEDIATE`` so that two writers queue on the
+database lock instead of failing a read-to-write upgrade. It is safe for one writer process
+plus readers; PostgreSQL serves any number of each. Every method may be called from several
+threads: each opens its own pooled connection and transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import StaticPool
+
+from remediation.actions import ActionKind, ActionRecord, ActionState, check_transition
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+#: Alembic's bookkeeping table, named so it cannot collide with another tool's in a shared database
+VERSION_TABLE = "gpuops_store_version"
+#: states of an action that still holds, or may still come to hold, a node
+OPEN_STATES = (ActionState.PROPOSED, ActionState.APPROVED, ActionState.EXECUTING, ActionState.SUCCEEDED)
+#: how long a SQLite writer waits for the database lock before failing, ms: longer than any
+#: one transaction of ours (a 1,000-row batch takes tens of ms), short enough to surface a hung peer
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+URL_EXAMPLES = ("sqlite:////var/lib/gpuops/actions.db, sqlite:// (memory), "
+                "postgresql+psycopg://user@127.0.0.1:5432/gpuops")
+
+
+class StoreError(Exception):
+    """The store refused or failed an operation (permanent: retrying will not help)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached or stayed locked (transient: retry later)."""
+
+
+class StaleRecord(StoreError):
+    """A compare-and-set lost: the record is not in the state the writer expected.
+
+    ``current`` is the state found (``None`` when there is no such record).
+    """
+
+    def __init__(self, action_id: str, expected: ActionState, current: ActionState | None) -> None:
+        found = "does not exist" if current is None else f"is {current.value}"
+        super().__init__(f"action {action_id}: expected state {expected.value} but it {found} "
+                         f"(another writer moved it first; re-read it with get())")
+        self.action_id, self.expected, self.current = action_id, expected, current
+
+
+@dataclass(frozen=True)
+class NodeScoreRow:
+    """The latest score of one node, as the engine last saw it (one row per node).
+
+    ``ts`` is the telemetry time of the score, s since the epoch; ``risk`` and ``anomaly``
+    the model's calibrated scores; ``state`` what gpuops makes of the node ("ok", "held",
+    "unknown", ...).
+    """
+
+    node: str
+    ts: float
+    risk: float
+    fault: str | None
+    anomaly: float
+    rule: str | None
+    state: str
+
+
+# ---- schema (the migrations own it; these mirror revision head for queries) -----------------
+
+_md = sa.MetaData()
+actions = sa.Table(
+    "actions", _md,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("node", sa.String(255), nullable=False, index=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("state", sa.String(32), nullable=False, index=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("actor", sa.String(255), nullable=False),
+    sa.Column("incident_ts", sa.Double, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False, index=True),
+    sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("gpu", sa.Integer, nullable=True),
+    sa.Column("fault", sa.String(255), nullable=True),
+    sa.Column("grade", sa.String(64), nullable=True),
+    sa.Column("source", sa.String(64), nullable=True),
+    sa.Column("score", sa.Double, nullable=True),
+    sa.Column("evidence", sa.Text, nullable=False),
+    sa.Column("dry_run", sa.Boolean, nullable=False),
+    sa.Column("adapter", sa.String(64), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("result", sa.Text, nullable=False),
+    sa.Column("blocked_by", sa.Text, nullable=True),
+)
+action_events = sa.Table(
+    "action_events", _md,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("action_id", sa.String(64), sa.ForeignKey("actions.id", ondelete="CASCADE"),
+              nullable=False, index=True),
+    sa.Column("at", sa.Double, nullable=False),
+    sa.Column("from_state", sa.String(32), nullable=True),
+    sa.Column("to_state", sa.String(32), nullable=False),
+    sa.Column("actor", sa.String(255), nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+)
+node_scores = sa.Table(
+    "node_scores", _md,
+    sa.Column("node", sa.String(255), primary_key=True),
+    sa.Column("ts", sa.Double, nullable=False),
+    sa.Column("risk", sa.Double, nullable=False),
+    sa.Column("fault", sa.String(255), nullable=True),
+    sa.Column("anomaly", sa.Double, nullable=False),
+    sa.Column("rule", sa.String(255), nullable=True),
+    sa.Column("state", sa.String(32), nullable=False),
+)
+settings = sa.Table(
+    "settings", _md,
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("actor", sa.String(255), nullable=False),
+)
+settings_events = sa.Table(
+    "settings_events", _md,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("key", sa.String(255), nullable=False, index=True),
+    sa.Column("at", sa.Double, nullable=False),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("actor", sa.String(255), nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+)
+#: the tables' metadata at migration head (a test checks the migrations produce exactly this)
+METADATA = _md
+
+_RECORD_COLUMNS = tuple(c.name for c in actions.columns)
+_JSON_FIELDS = ("evidence", "result")
+
+
+def _record_row(rec: ActionRecord) -> dict[str, Any]:
+    row = rec.to_dict()
+    for f in _JSON_FIELDS:
+        row[f] = json.dumps(row[f], sort_keys=True, default=str)
+    return row
+
+
+def _row_record(row: sa.Row) -> ActionRecord:
+    d = {name: getattr(row, name) for name in _RECORD_COLUMNS}
+    for f in _JSON_FIELDS:
+        d[f] = json.loads(d[f])
+    d["dry_run"] = bool(d["dry_run"])
+    return ActionRecord.from_dict(d)
+
+
+def _values(items: Iterable[Any] | None, enum_cls: type) -> list[str] | None:
+    """Enum members or their string values, checked and turned into strings."""
+    if items is None:
+        return None
+    if isinstance(items, (str, enum_cls)):
+        items = [items]
+    try:
+        return [enum_cls(i).value for i in items]
+    except ValueError as e:
+        valid = ", ".join(m.value for m in enum_cls)
+        raise StoreError(f"{e}; valid values: {valid}") from None
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden, for messages and logs."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return "<unparseable url>"
+
+
+class ActionStore:
+    """The persisted action records, their audit trail, node scores and settings.
+
+    ``url`` is a SQLAlchemy URL (see the module docstring). The constructor does not
+    connect; :meth:`migrate` creates or upgrades the schema and must run once before use
+    (at start-up). ``clock`` gives the wall time of setting changes, s since the epoch.
+    """
+
+    def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
+        self.url = url
+        self._clock = clock
+        try:
+            parsed = sa.make_url(url)
+        except sa.exc.ArgumentError as e:
+            raise StoreError(f"action store URL {url!r} is not a database URL ({e}); "
+                             f"examples: {URL_EXAMPLES}") from None
+        self._dialect = parsed.get_backend_name()
+        if self._dialect not in ("sqlite", "postgresql"):
+            raise StoreError(f"action store URL {safe_url(url)}: backend {self._dialect!r} is not "
+                             f"supported (sqlite or postgresql); examples: {URL_EXAMPLES}")
+        memory = self._dialect == "sqlite" and parsed.database in (None, "", ":memory:")
+        # one in-memory database lives on one connection: share it, and take turns on it
+        self._serial = threading.RLock() if memory else None
+        kwargs: dict[str, Any] = {}
+        if memory:
+            kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        elif self._dialect == "sqlite":
+            kwargs = {"connect_args": {"check_same_thread": False,
+                                       "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
+        else:
+            kwargs = {"pool_pre_ping": True}
+        try:
+            self._engine: Engine = sa.create_engine(parsed, **kwargs)
+        except (sa.exc.ArgumentError, ImportError) as e:
+            raise StoreError(f"cannot open action store {safe_url(url)}: {e}") from None
+        if self._dialect == "sqlite":
+            _sqlite_setup(self._engine, wal=not memory)
+        self._insert = sqlite.insert if self._dialect == "sqlite" else postgresql.insert
+
+    # ---- plumbing ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self, write: bool) -> Iterator[Connection]:
+        """One transaction; a write takes SQLite's lock up front (``BEGIN IMMEDIATE``)."""
+        lock = self._serial
+        if lock is not None:
+            lock.acquire()
+        try:
+            engine = self._engine.execution_options(gpuops_write=True) if write else self._engine
+            with engine.begin() as conn:
+                yield conn
+        except StoreError:
+            raise
+        except sa.exc.SQLAlchemyError as e:
+            raise _classify(e, self.url) from e
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def migrate(self) -> None:
+        """Create the schema or upgrade it to the newest revision (idempotent)."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        try:
+            with self._tx(write=True) as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+        except StoreError as e:
+            raise StoreError(f"migrating the action store failed: {e}") from e
+        except Exception as e:  # alembic's own errors (a broken or unknown revision)
+            raise StoreError(f"migrating the action store {safe_url(self.url)} failed: {e!r}; "
+                             f"is the database from a newer gpuops?") from e
+
+    def close(self) -> None:
+        """Close every pooled connection (the store may be used again; it reconnects)."""
+        self._engine.dispose()
+
+    # ---- actions ------------------------------------------------------------------------------
+
+    def insert(self, rec: ActionRecord, note: str = "") -> bool:
+        """Store a new record; False (and the stored one untouched) if its id exists."""
+        return self.insert_many([rec], note=note) == 1
+
+    def insert_many(self, recs: Sequence[ActionRecord], note: str = "") -> int:
+        """Store new records in one transaction; return how many were new (others untouched)."""
+        if not recs:
+            return 0
+        by_id = {r.id: r for r in recs}
+        with self._tx(write=True) as conn:
+            # executemany of one cached statement (SQLAlchemy batches it as multi-row
+            # INSERT ... RETURNING): the ids returned are the ones that were new
+            stmt = self._insert(actions).on_conflict_do_nothing(index_elements=["id"]).returning(actions.c.id)
+            new = set(conn.execute(stmt, [_record_row(r) for r in by_id.values()]).scalars())
+            if new:
+                conn.execute(action_events.insert(), [
+                    {"action_id": i, "at": by_id[i].updated_at, "from_state": None,
+                     "to_state": by_id[i].state.value, "actor": by_id[i].actor, "note": note}
+                    for i in by_id if i in new])
+        return len(new)
+
+    def get(self, action_id: str) -> ActionRecord | None:
+        with self._tx(write=False) as conn:
+            row = conn.execute(sa.select(actions).where(actions.c.id == action_id)).first()
+        return None if row is None else _row_record(row)
+
+    def update(self, rec: ActionRecord, expect: ActionState, actor: str, note: str = "") -> ActionRecord:
+        """Store *rec* (the new version) if the stored record is still in state *expect*.
+
+        Raises :class:`StaleRecord` when another writer moved it first (nothing written),
+        and ``InvalidTransition`` when *expect* -> ``rec.state`` is not an allowed move.
+        """
+        expect = ActionState(expect)
+        check_transition(rec.id, expect, rec.state)
+        row = _record_row(rec)
+        del row["id"]
+        with self._tx(write=True) as conn:
+            done = conn.execute(actions.update().where(actions.c.id == rec.id,
+                                                       actions.c.state == expect.value).values(**row))
+            if done.rowcount != 1:
+                cur = conn.execute(sa.select(actions.c.state).where(actions.c.id == rec.id)).scalar()
+                raise StaleRecord(rec.id, expect, None if cur is None else ActionState(cur))
+            conn.execute(action_events.insert().values(
+                action_id=rec.id, at=rec.updated_at, from_state=expect.value,
+                to_state=rec.state.value, actor=actor, note=note))
+        return rec
+
+    def history(self, action_id: str) -> list[dict[str, Any]]:
+        """The record's audit events, oldest first: ``{at, from_state, to_state, actor, note}``."""
+        e = action_events
+        with self._tx(write=False) as conn:
+            rows = conn.execute(sa.select(e.c.at, e.c.from_state, e.c.to_state, e.c.actor, e.c.note)
+                                .where(e.c.action_id == action_id).order_by(e.c.seq)).all()
+        return [r._asdict() for r in rows]
+
+    def query(self, *, node: str | None = None, states: Iterable[ActionState | str] | None = None,
+              kinds: Iterable[ActionKind | str] | None = None, actor: str | None = None,
+              since: float | None = None, until: float | None = None,
+              limit: int = 100, offset: int = 0) -> list[ActionRecord]:
+        """Records matching every filter given, newest ``created_at`` first.
+
+        ``since`` is inclusive, ``until`` exclusive (s since the epoch, on ``created_at``).
+        """
+        if limit < 0 or offset < 0:
+            raise StoreError(f"limit and offset must be >= 0 (got limit={limit}, offset={offset})")
+        stmt = sa.select(actions).where(*self._filters(node=node, states=states, kinds=kinds,
+                                                       actor=actor, since=since, until=until))
+        stmt = stmt.order_by(actions.c.created_at.desc(), actions.c.id.desc()).limit(limit).offset(offset)
+        with self._tx(write=False) as conn:
+            return [_row_record(r) for r in conn.execute(stmt)]
+
+    def open_actions(self, node: str | None = None) -> list[ActionRecord]:
+        """Every record not yet in a terminal state or verified, newest first."""
+        stmt = sa.select(actions).where(*self._filters(node=node, states=OPEN_STATES))
+        stmt = stmt.order_by(actions.c.created_at.desc(), actions.c.id.desc())
+        with self._tx(write=False) as conn:
+            return [_row_record(r) for r in conn.execute(stmt)]
+
+    def count(self, *, since: float, kinds: Iterable[ActionKind | str] | None = None,
+              states: Iterable[ActionState | str] | None = None, node: str | None = None) -> int:
+        """How many records were created at or after *since* (for rate caps)."""
+        stmt = sa.select(sa.func.count()).select_from(actions).where(
+            *self._filters(node=node, states=states, kinds=kinds, since=since))
+        with self._tx(write=False) as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    @staticmethod
+    def _filters(*, node: str | None = None, states: Any = None, kinds: Any = None,
+                 actor: str | None = None, since: float | None = None,
+                 until: float | None = None) -> list[sa.ColumnElement[bool]]:
+        c = actions.c
+        where: list[sa.ColumnElement[bool]] = []
+        if node is not None:
+            where.append(c.node == node)
+        if (sv := _values(states, ActionState)) is not None:
+            where.append(c.state.in_(sv))
+        if (kv := _values(kinds, ActionKind)) is not None:
+            where.append(c.kind.in_(kv))
+        if actor is not None:
+            where.append(c.actor == actor)
+        if since is not None:
+            where.append(c.created_at >= since)
+        if until is not None:
+            where.append(c.created_at < until)
+        return where
+
+    # ---- node scores --------------------------------------------------------------------------
+
+    def put_scores(self, rows: Sequence[NodeScoreRow]) -> None:
+        """Upsert the latest score of each node given (one transaction; others untouched)."""
+        latest = {r.node: r for r in rows}  # one row per node per statement (ON CONFLICT rule)
+        if not latest:
+            return
+        data = [{"node": r.node, "ts": float(r.ts), "risk": float(r.risk), "fault": r.fault,
+                 "anomaly": float(r.anomaly), "rule": r.rule, "state": r.state} for r in latest.values()]
+        stmt = self._insert(node_scores)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["node"],
+            set_={k: stmt.excluded[k] for k in ("ts", "risk", "fault", "anomaly", "rule", "state")})
+        with self._tx(write=True) as conn:
+            conn.execute(stmt, data)  # executemany of one cached statement
+
+    def scores(self) -> list[NodeScoreRow]:
+        """Every node's latest score, by node name."""
+        with self._tx(write=False) as conn:
+            rows = conn.execute(sa.select(node_scores).order_by(node_scores.c.node)).all()
+        return [NodeScoreRow(**r._asdict()) for r in rows]
+
+    # ---- settings -----------------------------------------------------------------------------
+
+    def get_setting(self, key: str, default: Any = None) -> Any:
+        """The JSON value stored under *key*, or *default*."""
+        with self._tx(write=False) as conn:
+            raw = conn.execute(sa.select(settings.c.value).where(settings.c.key == key)).scalar()
+        return default if raw is None else json.loads(raw)
+
+    def set_setting(self, key: str, value: Any, actor: str, note: str = "") -> None:
+        """Store *value* (JSON-able) under *key*, with an audit event naming *actor*."""
+        try:
+            raw = json.dumps(value, sort_keys=True)
+        except (TypeError, ValueError) as e:
+            raise StoreError(f"setting {key!r}: value is not JSON-able ({e})") from None
+        now = self._clock()
+        with self._tx(write=True) as conn:
+            stmt = self._insert(settings).values(key=key, value=raw, updated_at=now, actor=actor)
+            conn.execute(stmt.on_conflict_do_update(
+                index_elements=["key"], set_={"value": raw, "updated_at": now, "actor": actor}))
+            conn.execute(settings_events.insert().values(key=key, at=now, value=raw, actor=actor, note=note))
+
+    def setting_history(self, key: str) -> list[dict[str, Any]]:
+        """Every change of *key*, oldest first: ``{at, value, actor, note}``."""
+        e = settings_events
+        with self._tx(write=False) as conn:
+            rows = conn.execute(sa.select(e.c.at, e.c.value, e.c.actor, e.c.note)
+                                .where(e.c.key == key).order_by(e.c.seq)).all()
+        return [{**r._asdict(), "value": json.loads(r.value)} for r in rows]
+
+
+
+def _classify(e: sa.exc.SQLAlchemyError, url: str) -> StoreError:
+    """A database error as ours: unreachable or locked is transient, the rest permanent."""
+    text = str(getattr(e, "orig", None) or e)
+    if "no such table" in text or isinstance(getattr(e, "orig", None), _pg_undefined()):
+        return StoreError(f"action store {safe_url(url)} has no schema yet ({text.strip()}): "
+                          f"run ActionStore.migrate() at start-up")
+    if isinstance(e, (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)):
+        return StoreUnavailable(f"action store {safe_url(url)} unavailable: {text.strip()}")
+    return StoreError(f"action store {safe_url(url)}: {text.strip()}")
+
+
+def _pg_undefined() -> tuple[type, ...]:
+    try:
+        from psycopg.errors import UndefinedColumn, UndefinedTable
+    except ImportError:
+        return ()
+    return (UndefinedTable, UndefinedColumn)
+
+
+def _sqlite_setup(engine: Engine, wal: bool) -> None:
+    """Pragmas on every new connection, and explicit BEGINs (IMMEDIATE for writes).
+
+    pysqlite's own transaction handling is switched off (``isolation_level = None``) so the
+    store decides how each transaction begins: a writer takes the lock at BEGIN and waits
+    up to the busy timeout for it, instead of failing when a read turns into a write.
+    """
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        if wal:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")  # a committed action survives a power loss too
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("gpuops_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
