@@ -32,8 +32,11 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .actions import ActionKind
 
@@ -92,6 +95,28 @@ class SafetyConfig(BaseModel):
     reset_timeout_s: float = Field(
         300.0, gt=0, description="A GPU reset command's expiry, s: without a result from the node agent by then "
         "the action fails (it is never sent twice blindly).")
+
+
+class SafetyConfigError(ValueError):
+    """An invalid safety file (permanent: fix the file)."""
+
+
+def load_safety_config(path: str | Path | None) -> SafetyConfig:
+    """Read the ``safety:`` mapping of a YAML file (``None``: defaults); every problem is listed."""
+    if path is None:
+        return SafetyConfig()
+    try:
+        raw: Any = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise SafetyConfigError(f"{path}: cannot read safety settings: {e}") from None
+    if not isinstance(raw, dict):
+        raise SafetyConfigError(f"{path}: safety settings must be a mapping")
+    raw = raw.get("safety", raw)
+    try:
+        return SafetyConfig(**raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'safety'}: {err['msg']}" for err in e.errors())
+        raise SafetyConfigError(f"{path}: {problems}") from None
 
 
 class Outcome(str, enum.Enum):
