@@ -21,6 +21,9 @@ def replay(
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy YAML (default: built-in thresholds)."),
     cadence: Optional[float] = typer.Option(None, "--cadence", min=1.0, help="Scoring cadence, s of telemetry time."),
     rules_only: bool = typer.Option(False, "--rules-only", help="Use no trained model (the reactive baseline)."),
+    safety: Optional[Path] = typer.Option(
+        None, "--safety", help="Safety YAML (deploy/config/safety.example.yaml): replay through the dry-run "
+        "engine with these limits; the report's `engine` section shows what they held back."),
 ) -> None:
     """Replay a recording in telemetry time (dry run) and score the decisions against its incidents."""
     from rich.console import Console
@@ -33,6 +36,7 @@ def replay(
     from models.bundle import ModelBundle, default_model_path
     from pipeline.settings import PipelineSettings
     from remediation.config import PolicyConfigError, load_policy_config
+    from remediation.safety import SafetyConfigError, load_safety_config
 
     console = Console(stderr=True)
     try:
@@ -41,14 +45,20 @@ def replay(
         settings = PipelineSettings(**({"cadence_s": cadence, "bucket_s": cadence, "short_window_s": cadence}
                                        if cadence else {}))
         bundle = ModelBundle.rules_only() if rules_only else ModelBundle.load(mpath, pipeline=settings)
-        replayer = Replayer(bundle, cfg, settings)
+        engine = None
+        if safety is not None:
+            from api.replay import dry_run_engine
+            engine = dry_run_engine(cfg, load_safety_config(safety))
+        replayer = Replayer(bundle, cfg, settings, engine=engine)
         with Progress(TextColumn("replaying"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
             task = bar.add_task("replay", total=1.0)
             result = replayer.run(recording, progress=lambda f: bar.update(task, completed=f))
         info = {"path": None if rules_only else str(mpath), "training": bundle.metadata.get("training", {}).get("recordings")}
         rep = build_report(recording, result, info, cfg)
-    except (RecordingError, ModelError, PolicyConfigError, ValueError) as e:
+        if engine is not None:
+            rep["engine"] = engine_summary(result.actions)
+    except (RecordingError, ModelError, PolicyConfigError, SafetyConfigError, ValueError) as e:
         # one line, printed as is (a reason may hold "[...]", which rich would read as markup)
         console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from None
@@ -57,5 +67,16 @@ def replay(
         from models.report_html import write_html_report
         write_html_report(rep, html)
     h = headline(rep)
+    if "engine" in rep:
+        h["engine"] = rep["engine"]
     console.print(json.dumps(h, indent=1))
     console.print(f"report written to {report}" + (f" and {html}" if html else ""))
+
+
+def engine_summary(actions: list) -> dict:
+    """What the dry-run engine did: records by kind and state, and what held actions back."""
+    from collections import Counter
+
+    return {"actions": len(actions),
+            "by_kind_state": dict(sorted(Counter(f"{a.kind.value}:{a.state.value}" for a in actions).items())),
+            "blocked_by": dict(sorted(Counter(a.blocked_by for a in actions if a.blocked_by).items()))}

@@ -115,3 +115,15 @@ def test_a_replay_through_the_engine_with_default_limits_shows_what_safety_held_
     through = Replayer(bundle, cfg, engine=dry_run_engine(cfg, tight)).run(small_recording)
     held = [r for r in through.actions if r.blocked_by == "cap_held"]
     assert held and all(r.state.value in ("proposed", "cancelled") for r in held)
+
+
+def test_replay_with_a_safety_file_runs_through_the_engine_and_reports_what_it_held_back(small_recording, tmp_path):
+    (tmp_path / "s.yaml").write_text("safety: {max_held_nodes: 1}\n")
+    res = CliRunner().invoke(build_cli(), ["replay", str(small_recording), "--report", str(tmp_path / "r.json"),
+                                           "--safety", str(tmp_path / "s.yaml")])
+    assert res.exit_code == 0, res.output
+    eng = json.loads((tmp_path / "r.json").read_text())["engine"]
+    assert eng["actions"] > 0 and eng["blocked_by"].get("cap_held", 0) > 0
+    bad = CliRunner().invoke(build_cli(), ["replay", str(small_recording), "--report", str(tmp_path / "r2.json"),
+                                           "--safety", str(tmp_path / "nope.yaml")])
+    assert bad.exit_code == 2 and "cannot read safety" in " ".join(bad.output.split())
