@@ -235,6 +235,7 @@ class ActionStore:
             raise StoreError(f"cannot open action store {safe_url(url)}: {e}") from None
         if self._dialect == "sqlite":
             _sqlite_setup(self._engine, wal=not memory)
+        self._writer = self._engine.execution_options(gpuops_write=True)
         self._insert = sqlite.insert if self._dialect == "sqlite" else postgresql.insert
 
     # ---- plumbing ---------------------------------------------------------------------------
@@ -246,8 +247,7 @@ class ActionStore:
         if lock is not None:
             lock.acquire()
         try:
-            engine = self._engine.execution_options(gpuops_write=True) if write else self._engine
-            with engine.begin() as conn:
+            with (self._writer if write else self._engine).begin() as conn:
                 yield conn
         except StoreError:
             raise
