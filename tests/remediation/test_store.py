@@ -57,6 +57,19 @@ def test_insert_many_writes_in_one_go_and_counts_only_the_new_ones(store):
     assert all(len(store.history(r.id)) == 1 for r in first + more)
 
 
+def test_a_big_batch_with_some_stored_records_inserts_only_the_others(store):
+    first = [record(node=f"gpu-node-{i:03d}") for i in range(0, 300, 2)]
+    assert store.insert_many(first) == 150
+    every = [record(node=f"gpu-node-{i:03d}") for i in range(300)]
+    changed = [record(node=r.node, evidence={"changed": True}) for r in every]
+    assert store.insert_many(changed) == 150
+    assert store.insert_many(changed) == 0
+    assert store.count(since=0) == 300
+    assert store.get(first[7].id) == first[7]
+    assert store.get(every[7].id).evidence == {"changed": True}
+    assert all(len(store.history(r.id)) == 1 for r in every[:20])
+
+
 def test_update_moves_a_record_when_it_is_in_the_expected_state_and_audits_the_actor(store):
     rec = record()
     store.insert(rec)
