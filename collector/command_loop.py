@@ -25,7 +25,7 @@ from collector.agent import Agent, Backoff
 from collector.agent_settings import AgentSettings
 from collector.command_handler import CommandHandler, GpuOps
 from collector.commands import CommandResult, load_key, result_event
-from collector.gpu_reset import RESET_TIMEOUT_S
+from collector.gpu_reset import RESET_TIMEOUT_S, NvmlGpuOps
 
 log = logging.getLogger(__name__)
 
@@ -140,18 +140,22 @@ class CommandLoop:
         self._drop_consumer()
 
 
-def attach_commands(agent: Agent, gpu_ops: GpuOps, *,
+def attach_commands(agent: Agent, gpu_ops: GpuOps | None = None, *, nvml: Any = None,
                     consumer_factory: Callable[[], CommandConsumer] | None = None) -> CommandLoop:
     """Add the command consumer to *agent* (settings: ``command_*``); start-up errors raise.
 
-    Reads the key file (:func:`~collector.commands.load_key`, :class:`CommandKeyError`
-    when unusable); results go out through the agent's buffer on its events topic; the
-    loop's counters appear under ``health()["commands"]``.
+    Reads the key file first (:func:`~collector.commands.load_key`, :class:`CommandKeyError`
+    when unusable), then, without *gpu_ops*, opens NVML (*nvml*: the module, default
+    pynvml; :class:`~collector.gpu_reset.GpuOpsError` without a driver). Results go out
+    through the agent's buffer on its events topic; the loop's counters appear under
+    ``health()["commands"]``.
     """
     settings = agent.settings
     if settings.command_key_file is None:
         raise ValueError("commands need command_key_file (GPUOPS_AGENT_COMMAND_KEY_FILE)")
     key = load_key(settings.command_key_file)
+    if gpu_ops is None:
+        gpu_ops = NvmlGpuOps(nvml)
 
     def publish(result: CommandResult) -> None:
         agent.enqueue_event(result_event(result))

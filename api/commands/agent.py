@@ -62,9 +62,8 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
         the_agent = Agent(settings, sources, sink)
         if settings.commands_enabled and not once:
             from collector.command_loop import attach_commands
-            from collector.gpu_reset import NvmlGpuOps
 
-            attach_commands(the_agent, gpu_ops if gpu_ops is not None else NvmlGpuOps(nvml))
+            attach_commands(the_agent, gpu_ops, nvml=nvml)
     except BaseException:
         for s in sources:
             s.close()
