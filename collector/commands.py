@@ -269,6 +269,10 @@ def _string(body: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None,
     return v
 
 
+def _version_ok(v: Any) -> bool:
+    return type(v) is int and v in SUPPORTED_COMMAND_VERSIONS  # not True, not 1.0
+
+
 def _envelope(raw: bytes) -> tuple[bytes, str | None]:
     """The body bytes and the signature (``None`` when absent) of an envelope."""
     if not isinstance(raw, (bytes, bytearray, memoryview)):
@@ -281,7 +285,7 @@ def _envelope(raw: bytes) -> tuple[bytes, str | None]:
         raise CommandRejected(RejectReason.MALFORMED, f"not valid JSON: {e}") from None
     if not isinstance(env, dict) or env.get("schema") != SCHEMA_COMMAND:
         raise CommandRejected(RejectReason.MALFORMED, f"not a {SCHEMA_COMMAND} message")
-    if env.get("v") not in SUPPORTED_COMMAND_VERSIONS:
+    if not _version_ok(env.get("v")):
         raise CommandRejected(RejectReason.MALFORMED, f"unsupported command version {env.get('v')!r} "
                                                       f"(supported: {sorted(SUPPORTED_COMMAND_VERSIONS)})")
     body = env.get("body")
@@ -318,7 +322,7 @@ def verify(raw: bytes, key: bytes, *, node: str, now: float, max_skew_s: float,
     if set(body) != _BODY_FIELDS:
         missing, extra = sorted(_BODY_FIELDS - set(body)), sorted(map(str, set(body) - _BODY_FIELDS))[:5]
         raise CommandRejected(RejectReason.MALFORMED, f"body fields wrong: missing {missing}, unknown {extra}", fields)
-    if body["v"] not in SUPPORTED_COMMAND_VERSIONS:
+    if not _version_ok(body["v"]):
         raise CommandRejected(RejectReason.MALFORMED, f"unsupported body version {body['v']!r}", fields)
     cid = _string(fields, "id", COMMAND_ID_RE, 64)
     verb = _string(fields, "verb", None, 64)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -145,6 +144,7 @@ def test_oversized_or_malformed_messages_are_malformed(raw: bytes) -> None:
     lambda b: b.__setitem__("reason", "r" * 513), lambda b: b.__setitem__("issued_at", float("1e300")),
     lambda b: b.__setitem__("expires_at", b["issued_at"] + 3601), lambda b: b.__setitem__("expires_at", "soon"),
     lambda b: b.__setitem__("node", "bad node;rm"), lambda b: b.__setitem__("v", 2),
+    lambda b: b.__setitem__("v", True),
 ])
 def test_signed_bodies_with_fields_out_of_bounds_are_malformed(change) -> None:
     raw = _resign(sign(_command(), KEY), change)
@@ -215,4 +215,4 @@ def test_verify_never_raises_anything_but_rejected_on_mutated_envelopes() -> Non
             cmd = _verify(bytes(raw))
         except CommandRejected:
             continue
-        assert cmd == replace(_command())  # only a no-op mutation may pass
+        assert cmd == _command()  # only a no-op mutation may pass
