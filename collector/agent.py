@@ -9,8 +9,10 @@ dropping (and counting) by its policy when full. On shutdown it publishes the ba
 for at most ``shutdown_flush_timeout_s``.
 
 Loops (:meth:`Agent.run`): the sampler runs in the caller's thread, each entry of
-``Agent.loops`` in its own thread, all stopped by one ``threading.Event``. A later
-command consumer (GPU reset through a command topic) is one more entry there.
+``Agent.loops`` in its own thread, all stopped by one ``threading.Event``. The command
+consumer (GPU reset through ``gpu.commands``, ``collector/command_loop.py``) is one more
+entry there when commands are enabled; it answers through :meth:`Agent.enqueue_event`
+and reports into the health record through ``Agent.health_extras``.
 
 Failures at run time are classified, logged and counted; the loop goes on (only
 start-up fails fast: building sources and sink). A source failing is counted in
@@ -34,7 +36,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from collector.agent_settings import AgentSettings
 from collector.sinks.base import OutboundMessage, Sink, SinkRejected, SinkUnavailable
@@ -123,6 +125,8 @@ class Agent:
         self._last_tick_error: dict[str, str] = {}
         #: Background loops run by :meth:`run` beside the sampler, each ``f(stop)``.
         self.loops: list[Callable[[threading.Event], None]] = [self._publish_loop]
+        #: Extra sections of :meth:`health` by name, each a function returning JSON-able counters.
+        self.health_extras: dict[str, Callable[[], dict]] = {}
 
     # ------------------------------------------------------------------ sampling
 
@@ -167,6 +171,13 @@ class Agent:
             except (TypeError, ValueError, AttributeError) as e:
                 self._tick_failed("encode_event", e, f"event dropped: {str(ev)[:300]}")
         return out
+
+    def enqueue_event(self, event: Mapping[str, Any]) -> None:
+        """Queue one event record for the events topic outside a tick (a command's result).
+
+        It goes through the same buffer, order and backoff as the sampled events.
+        """
+        self.buffer.put(OutboundMessage(self.settings.events_topic, self._key, encode_event(event)))
 
     def _tick_failed(self, stage: str, e: BaseException, detail: str = "") -> None:
         """Count and log (first time, on change, every 60th) one failure of a tick's *stage*."""
@@ -325,7 +336,7 @@ class Agent:
                 "buffer_bytes": self.buffer.bytes, "dropped_total": self.buffer.dropped,
                 "rejected_total": self.rejected, "source_errors": dict(self.source_errors),
                 "tick_errors": dict(self.tick_errors),
-            }
+            } | {name: extra() for name, extra in self.health_extras.items()}
 
     def write_health(self) -> None:
         """Rewrite the health file atomically (if configured); a failure is logged, not fatal."""

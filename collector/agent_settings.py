@@ -11,9 +11,10 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from collector.commands import TOPIC_COMMANDS
 from collector.wire import TOPIC_EVENTS, TOPIC_TELEMETRY
 
 
@@ -71,6 +72,18 @@ class AgentSettings(BaseSettings):
     health_file: Path | None = Field(Path("/run/gpuops-agent/health.json"), description=(
         "JSON health (last successful publish, buffer depth, dropped count), rewritten each tick; for "
         "exec probes and node checks. /run is tmpfs: no disk writes. Empty/None disables it."))
+    commands_enabled: bool = Field(False, description=(
+        "Obey signed GPU-reset commands from the remediation engine (topic command_topic). Off: a node "
+        "takes remote actions only once an operator turns this on and installs the shared key."))
+    command_key_file: Path | None = Field(None, description=(
+        "File holding the shared HMAC key of commands (>= 32 bytes, e.g. `openssl rand -hex 32`), mode 600. "
+        "A path, never the key itself: argv and the environment are visible to other users. Required when "
+        "commands_enabled."))
+    command_topic: str = Field(TOPIC_COMMANDS, description="Topic the engine's commands arrive on, keyed by node.")
+    command_max_skew_s: float = Field(30.0, ge=0, le=300, description=(
+        "Seconds of clock difference tolerated between engine and node when checking a command's issue and "
+        "expiry times. NTP keeps nodes within milliseconds; 30 s rides out a node whose NTP is briefly off "
+        "while keeping a stale command's window short."))
 
     @field_validator("sources")
     @classmethod
@@ -79,7 +92,14 @@ class AgentSettings(BaseSettings):
             raise ValueError("at least one source is needed")
         return v
 
-    @field_validator("health_file", "kmsg_file", "dcgm_url", mode="before")
+    @model_validator(mode="after")
+    def _commands_need_a_key(self) -> "AgentSettings":
+        if self.commands_enabled and self.command_key_file is None:
+            raise ValueError("commands_enabled needs command_key_file (GPUOPS_AGENT_COMMAND_KEY_FILE): the path "
+                             "of the shared key, mode 600")
+        return self
+
+    @field_validator("health_file", "kmsg_file", "dcgm_url", "command_key_file", mode="before")
     @classmethod
     def _empty_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and v.strip() in ("", "none", "None") else v

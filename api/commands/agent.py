@@ -27,11 +27,15 @@ def register(app: typer.Typer) -> None:
     app.command("agent")(agent)
 
 
-def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any = None) -> Any:
+def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any = None,
+                  gpu_ops: Any = None) -> Any:
     """Build sources, sink and :class:`~collector.agent.Agent` from *settings*.
 
     NVML is built first when selected, so the kernel-log source resolves XID PCI ids to
-    the same GPU indexes NVML uses. Raises ``PermanentSourceError`` / ``SinkConfigError``.
+    the same GPU indexes NVML uses. With ``commands_enabled`` (and not *once*) the
+    command consumer is attached, resetting GPUs through *gpu_ops* (default: NVML and
+    nvidia-smi). Raises ``PermanentSourceError`` / ``SinkConfigError`` /
+    ``CommandKeyError`` / ``GpuOpsError``.
     """
     from collector.agent import Agent
     from collector.sinks.base import sink_class
@@ -55,11 +59,16 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
         sources = [by_name[n] for n in names]
         if sink is None:
             sink = sink_class(settings.sink).from_settings(settings)
+        the_agent = Agent(settings, sources, sink)
+        if settings.commands_enabled and not once:
+            from collector.command_loop import attach_commands
+
+            attach_commands(the_agent, gpu_ops, nvml=nvml)
     except BaseException:
         for s in sources:
             s.close()
         raise
-    return Agent(settings, sources, sink)
+    return the_agent
 
 
 def agent(
@@ -78,6 +87,8 @@ def agent(
     from pydantic import ValidationError
 
     from collector.agent_settings import AgentSettings
+    from collector.commands import CommandKeyError
+    from collector.gpu_reset import GpuOpsError
     from collector.sinks.base import SinkError
     from collector.sources.base import SourceError
 
@@ -89,7 +100,7 @@ def agent(
     try:
         settings = AgentSettings(**overrides)
         the_agent = compose_agent(settings, once=once)
-    except (ValidationError, SourceError, SinkError) as e:
+    except (ValidationError, SourceError, SinkError, CommandKeyError, GpuOpsError) as e:
         typer.echo(f"gpuops agent: cannot start: {e}", err=True)
         raise typer.Exit(2) from None
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
@@ -112,7 +123,8 @@ def agent(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    log.info("agent on %s: sources %s, sink %s, every %.1f s", settings.node, ",".join(settings.source_names),
-             settings.sink, settings.interval_s)
+    log.info("agent on %s: sources %s, sink %s, every %.1f s; commands %s", settings.node,
+             ",".join(settings.source_names), settings.sink, settings.interval_s,
+             f"on ({settings.command_topic})" if settings.commands_enabled else "off")
     the_agent.run(stop)
     sys.stdout.flush()

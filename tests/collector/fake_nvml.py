@@ -4,10 +4,17 @@ It re-exports pynvml's constants and exception classes (importing pynvml needs n
 driver), so the source under test sees the same error types as on a real GPU node.
 A field is made unsupported by naming its NVML function in ``FakeGpu.unsupported``;
 ``FakeGpu.failing`` maps a function name to an NVML return code to raise instead.
+
+For GPU resets, ``FakeGpu.processes`` lists the PIDs of its compute processes and
+:meth:`FakeNvml.nvidia_smi` stands in for running ``nvidia-smi --gpu-reset -i N`` (NVML
+itself has no reset): it refuses a GPU with processes, like the real tool, and counts
+each reset in ``FakeNvml.resets``.
 """
 
 from __future__ import annotations
 
+import subprocess
+from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -45,6 +52,8 @@ class FakeGpu:
     nvlink: dict = field(default_factory=lambda: {l: {0: 1, 1: 0, 2: 2, 3: 3} for l in range(18)})
     unsupported: set = field(default_factory=set)
     failing: dict = field(default_factory=dict)
+    #: PIDs of the compute processes running on the GPU
+    processes: list = field(default_factory=list)
 
 
 class FakeNvml:
@@ -55,6 +64,8 @@ class FakeNvml:
         self.init_error = init_error
         self.calls: dict[str, int] = {}
         self.shutdown_called = False
+        #: GPU index -> how many times ``nvidia_smi`` reset it
+        self.resets: Counter[int] = Counter()
         for name in dir(pynvml):
             if name.startswith(("NVML_", "NVMLError", "nvmlMemory_v")) or name == "NVMLError":
                 setattr(self, name, getattr(pynvml, name))
@@ -164,3 +175,22 @@ class FakeNvml:
             return g.nvlink[link][counter]
         except KeyError:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED) from None
+
+    # --- processes and reset
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in g.processes]
+
+    def nvidia_smi(self, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+        """``subprocess.run`` of ``nvidia-smi --gpu-reset -i N`` on this fake node."""
+        self.calls["nvidia-smi"] = self.calls.get("nvidia-smi", 0) + 1
+        if argv[1:3] != ["--gpu-reset", "-i"] or len(argv) != 4:
+            return subprocess.CompletedProcess(argv, 2, "", f"unexpected arguments {argv[1:]}")
+        i = int(argv[3])
+        if not 0 <= i < len(self.gpus):
+            return subprocess.CompletedProcess(argv, 6, "", f"No devices were found matching index {i}")
+        if self.gpus[i].processes:
+            return subprocess.CompletedProcess(
+                argv, 255, "", f"GPU 00000000:{0x18 + i:02X}:00.0 is currently in use by another process.")
+        self.resets[i] += 1
+        return subprocess.CompletedProcess(argv, 0, f"GPU 00000000:{0x18 + i:02X}:00.0 was successfully reset.", "")

@@ -99,3 +99,14 @@ def test_sigterm_stops_sampling_flushes_and_exits_cleanly(h100_sysfs: Path, tmp_
     assert final["buffer_depth"] == 0 and final["published_total"] == final["ticks"] >= 3
     assert len(lines) == 9 * final["ticks"]
     assert "SIGTERM" in stderr
+
+
+def test_commands_with_a_world_readable_key_file_fail_at_start_saying_how_to_fix_it(tmp_path: Path,
+                                                                                   h100_sysfs: Path) -> None:
+    key = tmp_path / "command.key"
+    key.write_text("ab" * 32)
+    key.chmod(0o644)
+    env = {**os.environ, "GPUOPS_AGENT_COMMANDS_ENABLED": "true", "GPUOPS_AGENT_COMMAND_KEY_FILE": str(key)}
+    out = subprocess.run([*GPUOPS, "agent", "--sink", "stdout", "--sources", "infiniband", "--sysfs-root",
+                          str(h100_sysfs), "--health-file", ""], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2 and "readable or writable by every user" in out.stderr and "chmod 600" in out.stderr
