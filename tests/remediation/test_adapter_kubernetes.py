@@ -442,3 +442,8 @@ def test_a_404_of_something_other_than_the_node_is_not_unknown_node() -> None:
 
     mapped = map_api_error(ApiException(status=404, reason="Not Found"), "read pdb")
     assert type(mapped) is PermanentAdapterError
+
+
+def test_every_kubernetes_setting_documents_its_default() -> None:
+    for name, f in KubernetesAdapterConfig.model_fields.items():
+        assert f.description and len(f.description) > 20, name
