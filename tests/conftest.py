@@ -1,8 +1,9 @@
 """Fixtures for the real test services (shared/DESIGN.md, "Test services").
 
-Tests that integrate talk to a real Kafka broker, a real Slurm controller and a real
-PostgreSQL server, started by ``deploy/testservices/run-tests.sh`` (or by hand with
-``kafka_up.sh`` / ``slurm_up.sh`` / ``postgres_up.sh``).
+Tests that integrate talk to a real Kafka broker, a real Slurm controller, a real
+PostgreSQL server and a real Kubernetes API server, started by
+``deploy/testservices/run-tests.sh`` (or by hand with ``kafka_up.sh`` / ``slurm_up.sh`` /
+``postgres_up.sh`` / ``k8s_up.sh``).
 A test whose service is missing is skipped locally with a message saying how to start
 it; with ``CI=true`` the same situation fails the test instead, so CI cannot go green by
 skipping. Only service fixtures live here; packages add their own in their subfolders.
@@ -36,6 +37,8 @@ POSTGRES_HINT = ("no PostgreSQL server: run deploy/testservices/postgres_up.sh a
                  "GPUOPS_TEST_POSTGRES=postgresql+psycopg://postgres@127.0.0.1:15432/gpuops")
 SLURM_HINT = ("no Slurm controller: run deploy/testservices/slurm_up.sh and "
               "export SLURM_CONF=/tmp/gpuops-slurm/etc/slurm.conf")
+K8S_HINT = ("no Kubernetes API server: run deploy/testservices/k8s_up.sh and "
+            "export GPUOPS_TEST_K8S=/tmp/gpuops-k8s/kubeconfig")
 
 
 def in_ci() -> bool:
@@ -158,6 +161,37 @@ def postgres_url() -> str:
     except (sa.exc.SQLAlchemyError, ImportError) as e:
         service_missing(f"GPUOPS_TEST_POSTGRES={url} but the server is unreachable ({e}); {POSTGRES_HINT}")
     return url
+
+
+# ---- Kubernetes ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def kube_api() -> Iterator["ApiClient"]:  # noqa: F821
+    """A ``kubernetes.client.ApiClient`` for the real test API server, checked ready.
+
+    Configured from the kubeconfig ``GPUOPS_TEST_K8S`` names (``k8s_up.sh`` writes it: admin
+    token in ``system:masters``). The server runs no controllers and no kubelet: tests create
+    Nodes and Pods themselves and play the controllers' part (shared/infra/README.md).
+    """
+    kubeconfig = os.environ.get("GPUOPS_TEST_K8S", "").strip()
+    if not kubeconfig:
+        service_missing(K8S_HINT)
+    if not Path(kubeconfig).is_file():
+        service_missing(f"GPUOPS_TEST_K8S={kubeconfig} does not exist; {K8S_HINT}")
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        ready = api.call_api("/readyz", "GET", auth_settings=["BearerToken"], response_type="str",
+                             _return_http_data_only=True, _request_timeout=10)
+    except Exception as e:  # noqa: BLE001 - any failure here means "no usable server"
+        api.close()
+        service_missing(f"GPUOPS_TEST_K8S={kubeconfig} but the API server is unreachable ({e!r}); {K8S_HINT}")
+    if str(ready).strip() != "ok":
+        api.close()
+        service_missing(f"API server of {kubeconfig} is not ready (/readyz: {ready!r}); {K8S_HINT}")
+    yield api
+    api.close()
 
 
 # ---- shared fixtures tree -------------------------------------------------------------------

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # THE gpuops test command: install what is missing, start the real test services (Kafka,
-# Slurm, PostgreSQL), run pytest against them, stop the services again, exit with pytest's status.
+# Slurm, PostgreSQL, a Kubernetes API server), run pytest against them, stop the services
+# again, exit with pytest's status.
 #
 # Usage: deploy/testservices/run-tests.sh [PYTEST_ARGS...]      (default: -q)
 #   e.g. deploy/testservices/run-tests.sh -q -rs tests/services
@@ -8,16 +9,17 @@
 #
 # What it installs when missing (root, Debian 12): apt packages slurmctld slurmd
 # slurm-client munge (slurm_up.sh), a JRE and Maven (kafka_up.sh), postgresql
-# (postgres_up.sh); the project with
+# (postgres_up.sh); kube-apiserver and etcd, built once with `go` from the Go module proxy
+# (k8s_build.sh, ~3.5 min cold) into ${GPUOPS_CACHE}/k8s/<version>; the project with
 # `pip install -e '.[test,report]'`; the Kafka jars into ${GPUOPS_CACHE:-~/.cache/gpuops}.
 #
 # Environment:
 #   PYTHON                 interpreter to use (default: python, else python3)
 #   GPUOPS_KEEP_SERVICES=1 leave the services running afterwards (faster reruns)
-#   KAFKA_ROOT, KAFKA_PORT, SLURM_ROOT, PG_ROOT, PG_PORT, ...   passed through to the *_up.sh scripts
+#   KAFKA_ROOT, KAFKA_PORT, SLURM_ROOT, PG_ROOT, PG_PORT, K8S_ROOT, K8S_PORT, ...   passed through to the *_up.sh scripts
 # Services that were already running when it started are reused and left running; the
 # ones it starts begin from purged state and are always stopped on exit (trap EXIT),
-# whatever pytest did; their logs stay in $KAFKA_ROOT/log, $SLURM_ROOT/log and $PG_ROOT/log.
+# whatever pytest did; their logs stay in $KAFKA_ROOT/log, $SLURM_ROOT/log, $PG_ROOT/log and $K8S_ROOT/log.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -26,6 +28,7 @@ T0=$(date +%s)
 export KAFKA_ROOT=${KAFKA_ROOT:-/tmp/gpuops-kafka}
 export SLURM_ROOT=${SLURM_ROOT:-/tmp/gpuops-slurm}
 export PG_ROOT=${PG_ROOT:-/tmp/gpuops-pg}
+export K8S_ROOT=${K8S_ROOT:-/tmp/gpuops-k8s}
 
 log() { printf '[run-tests +%3ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
 
@@ -38,6 +41,7 @@ fi
 started_kafka=0
 started_slurm=0
 started_postgres=0
+started_k8s=0
 teardown() {
   local rc=$?
   trap - EXIT INT TERM
@@ -45,6 +49,7 @@ teardown() {
     log "GPUOPS_KEEP_SERVICES=1: leaving services running"
   else
     if [[ $started_postgres == 1 ]]; then "$HERE/postgres_down.sh" >&2 || log "postgres_down failed"; fi
+    if [[ $started_k8s == 1 ]]; then "$HERE/k8s_down.sh" >&2 || log "k8s_down failed"; fi
     if [[ $started_slurm == 1 ]]; then "$HERE/slurm_down.sh" >&2 || log "slurm_down failed"; fi
     if [[ $started_kafka == 1 ]]; then "$HERE/kafka_down.sh" >&2 || log "kafka_down failed"; fi
   fi
@@ -58,7 +63,7 @@ trap 'exit 143' TERM
 # ---- 1. python packages -----------------------------------------------------------------
 # installed, with its test extras, and from *this* checkout (the `gpuops` command that tests run
 # in subprocesses must be this tree's code, not another clone's editable install)
-installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4, sqlalchemy, alembic, psycopg, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
+installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4, sqlalchemy, alembic, psycopg, kubernetes, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
 if [[ "$installed_from" != "$(pwd -P)" ]]; then
   log "installing gpuops with pip (editable, [test,report]) from $(pwd -P)"
   "$PYTHON" -m pip install -q -e '.[test,report]'
@@ -75,6 +80,11 @@ kafka_running() {
   local p
   [[ -f $KAFKA_ROOT/kafka.pid ]] && p=$(<"$KAFKA_ROOT/kafka.pid") && [[ -r /proc/$p/cmdline ]] &&
     [[ $(tr '\0' ' ' <"/proc/$p/cmdline") == *kafka.Kafka* ]]
+}
+k8s_running() {
+  local p first
+  [[ -f $K8S_ROOT/kube-apiserver.pid ]] && p=$(<"$K8S_ROOT/kube-apiserver.pid") && [[ -r /proc/$p/cmdline ]] &&
+    IFS= read -r -d '' first <"/proc/$p/cmdline" ; [[ ${first:-} == */kube-apiserver ]]
 }
 postgres_running() {
   local p
@@ -102,7 +112,12 @@ if ! postgres_running; then started_postgres=1; "$HERE/postgres_down.sh" --purge
 out=$("$HERE/postgres_up.sh")
 GPUOPS_TEST_POSTGRES=$(export_value GPUOPS_TEST_POSTGRES "$out")
 export GPUOPS_TEST_POSTGRES
-log "services up: GPUOPS_TEST_KAFKA=$GPUOPS_TEST_KAFKA SLURM_CONF=$SLURM_CONF GPUOPS_TEST_POSTGRES=$GPUOPS_TEST_POSTGRES"
+
+if ! k8s_running; then started_k8s=1; "$HERE/k8s_down.sh" --purge >/dev/null; fi
+out=$("$HERE/k8s_up.sh")
+GPUOPS_TEST_K8S=$(export_value GPUOPS_TEST_K8S "$out")
+export GPUOPS_TEST_K8S
+log "services up: GPUOPS_TEST_KAFKA=$GPUOPS_TEST_KAFKA SLURM_CONF=$SLURM_CONF GPUOPS_TEST_POSTGRES=$GPUOPS_TEST_POSTGRES GPUOPS_TEST_K8S=$GPUOPS_TEST_K8S"
 
 # ---- 3. tests ---------------------------------------------------------------------------------
 (( $# )) || set -- -q
