@@ -3,8 +3,8 @@
 Against the real test cluster (deploy/testservices/slurm_up.sh; ``SLURM_CONF`` in the
 environment or ``--slurm-conf``). Each repetition, on an idle node:
 
-1. ``t0``; ``SlurmAdapter.drain(node, reason)`` — reads the node (sinfo + squeue + reservations
-   ``--json``/``-o``), then ``scontrol update state=DRAIN``; ``t_call`` when it returns;
+1. ``t0``; ``SlurmAdapter.drain(node, reason)`` — reads the node (``sinfo --json``: whose
+   drain is it?), then ``scontrol update state=DRAIN``; ``t_call`` when it returns;
 2. polls ``sinfo -h -N -n NODE -o %T`` every 10 ms until the state reads drain/draining/
    drained; ``t_seen`` at the first such answer;
 3. ``SlurmAdapter.resume`` and waits until the node is idle again (not timed).
@@ -98,7 +98,7 @@ def main() -> None:
         "",
         "| measurement | p50 | p99 | max |",
         "|---|---|---|---|",
-        f"| `SlurmAdapter.drain()` returns (status read + `scontrol update`) | {ms(percentile(calls, 50))} "
+        f"| `SlurmAdapter.drain()` returns (`sinfo --json` + `scontrol update`) | {ms(percentile(calls, 50))} "
         f"| {ms(percentile(calls, 99))} | {ms(max(calls))} |",
         f"| drain call → `sinfo` shows drain | {ms(percentile(seen, 50))} | **{ms(percentile(seen, 99))}** "
         f"| {ms(max(seen))} |",

@@ -11,6 +11,8 @@ What each action does (shared/infra/slurm_transcript.txt has the real outputs):
 - ``drain``: ``scontrol update nodename=N state=DRAIN reason=R``. Running jobs continue.
   A node already drained by gpuops is left as it is; a node carrying anyone else's reason
   (an admin's drain, a DOWN reason) raises :class:`NotOurs` — gpuops never overwrites it.
+  (``scontrol`` has no compare-and-set: an admin drain landing between the read and the
+  update is overwritten; the window is one ``sinfo`` round trip, ~20 ms.)
 - ``requeue``: drain, then ``scontrol requeue`` each running batch job that allows requeue,
   then — once the job is PENDING — ``scontrol update jobid=J StartTime=now``: a requeued job
   otherwise waits ~120 s (Reason=BeginTime) before it may start again. Jobs that cannot be
@@ -111,7 +113,7 @@ class SlurmAdapter:
     def drain(self, node: str, reason: str) -> None:
         validate_node_name(node)
         _check_reason(reason)
-        now = self.status(node)
+        now = self._held(node)
         if not now.exists:
             raise UnknownNode(f"drain {node}: Slurm has no node {node} (check `sinfo -N`)")
         if now.drained and now.ours:
@@ -146,7 +148,7 @@ class SlurmAdapter:
     def reboot(self, node: str, reason: str) -> None:
         validate_node_name(node)
         _check_reason(reason)
-        now = self.status(node)
+        now = self._held(node)
         if not now.exists:
             raise UnknownNode(f"reboot {node}: Slurm has no node {node} (check `sinfo -N`)")
         if now.reason and not now.ours:
@@ -159,7 +161,7 @@ class SlurmAdapter:
     def resume(self, node: str, reason: str) -> None:
         validate_node_name(node)
         _check_reason(reason)
-        now = self.status(node)
+        now = self._held(node)
         if not now.exists:
             raise UnknownNode(f"resume {node}: Slurm has no node {node} (check `sinfo -N`)")
         if not (now.drained or now.down):
@@ -170,15 +172,14 @@ class SlurmAdapter:
         try:
             self._scontrol("update", f"nodename={node}", "state=RESUME")
         except PermanentAdapterError:
-            if self.status(node).drained:  # "Invalid node state": resumed meanwhile is fine
+            if self._held(node).drained:  # "Invalid node state": resumed meanwhile is fine
                 raise
 
     # ---- state ----------------------------------------------------------------------
 
     def status(self, node: str) -> NodeStatus:
         validate_node_name(node)
-        sinfo = self._json(self.sinfo, "--json")
-        record = next((n for n in sinfo.get("nodes") or [] if n.get("name") == node), None)
+        record = self._node_record(node)
         if record is None:
             return NodeStatus(name=node, exists=False)
         return node_status(record, self._jobs(), self._maintenance())
@@ -188,6 +189,15 @@ class SlurmAdapter:
                            self._reservations())
 
     # ---- internals ------------------------------------------------------------------
+
+    def _node_record(self, node: str) -> dict[str, Any] | None:
+        sinfo = self._json(self.sinfo, "--json")
+        return next((n for n in sinfo.get("nodes") or [] if n.get("name") == node), None)
+
+    def _held(self, node: str) -> NodeStatus:
+        """The node's state, drain and reason only (one ``sinfo``): enough to decide ownership."""
+        record = self._node_record(node)
+        return NodeStatus(name=node, exists=False) if record is None else node_status(record, (), set())
 
     def _jobs(self) -> list[SlurmJob]:
         return parse_jobs(self._json(self.squeue, "--json"))
