@@ -21,7 +21,9 @@ What each action does (shared/infra/slurm_transcript.txt has the real outputs):
 - ``reboot``: ``scontrol reboot ASAP nextstate=RESUME reason=R N``: Slurm drains the node,
   reboots it once idle (RebootProgram) and returns it to service with the reason cleared.
 - ``resume``: ``scontrol update nodename=N state=RESUME`` only when the node's reason is
-  gpuops' own (:func:`~remediation.adapters.base.owned`); a node not held is a no-op.
+  gpuops' own (:func:`~remediation.adapters.base.owned`); a node not held is a no-op. On a
+  node whose ``reboot ASAP`` still waits for jobs, RESUME also withdraws the reboot (observed:
+  ``allocated+drain+reboot_requested`` → ``allocated``, no reboot afterwards).
 
 Failures are classified by :mod:`remediation.adapters.slurm_errors`; transient ones
 (controller unreachable, timeout) are retried ``retries`` times with doubling backoff

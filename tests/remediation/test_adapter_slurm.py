@@ -212,6 +212,20 @@ def test_reboot_of_an_idle_node_reboots_it_and_returns_it_to_service(cluster, ad
     assert log.read_text().count(f"fake reboot of {node}") == lines_before + 1
 
 
+def test_resume_withdraws_a_reboot_still_waiting_for_a_running_job(cluster, adapter):
+    job_id = cluster.submit("--requeue")
+    node = cluster.running(job_id)
+    adapter.reboot(node, reason("drain_reboot"))
+    waiting = adapter.status(node)
+    assert waiting.rebooting and waiting.drained and waiting.ours and waiting.jobs == (job_id,)
+
+    adapter.resume(node, reason("resume"))
+
+    status = wait_until(lambda: (s := adapter.status(node)) and not s.drained and s, timeout_s=15,
+                        interval_s=0.1, message=f"{node} back in service")
+    assert not status.rebooting and status.jobs == (job_id,)
+
+
 def test_unknown_nodes_read_as_absent_and_actions_on_them_fail_permanently(cluster, adapter):
     assert adapter.status("gpu-node-99").exists is False
     assert "gpu-node-99" not in {s.name for s in adapter.list_nodes()}

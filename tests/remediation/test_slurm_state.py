@@ -194,6 +194,24 @@ esac""")
     assert not [c for c in calls(tmp_path) if "update" in c]
 
 
+def test_requeued_jobs_still_completing_at_the_deadline_are_reported_delayed(tmp_path: Path):
+    # the capture: gpu-node-01 already drained by gpuops, jobs 4 and 5 (gpu-node-[01-02]) running
+    sinfo = stand_in(tmp_path, "sinfo", f"cat {DATA / 'sinfo_22.05_mixed.json'}")
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue_22.05_mixed.json'}")
+    scontrol = stand_in(tmp_path, "scontrol", "exit 0")
+    ticks = iter(range(0, 1000, 10))
+    pauses: list[float] = []
+    adapter = SlurmAdapter(sinfo=sinfo, squeue=squeue, scontrol=scontrol, requeue_release_timeout_s=25,
+                           poll_interval_s=0.5, sleep=pauses.append, clock=lambda: float(next(ticks)))
+
+    moved = adapter.requeue("gpu-node-01", "gpuops: requeue id=x")
+
+    assert list(moved) == ["4", "5"] and moved.delayed == ["4", "5"] and moved.skipped == {}
+    made = [c for c in calls(tmp_path) if c.startswith("scontrol") and "show" not in c]
+    assert made == ["scontrol requeue 4", "scontrol requeue 5"]  # no StartTime=now for a job not pending
+    assert pauses == [0.5, 0.5]
+
+
 @pytest.mark.parametrize("node", ["gpu-node-[01-02]", "-h", "node;reboot", "a b", "", "gpu-node-01\n"])
 def test_invalid_node_names_are_refused_before_any_command_runs(tmp_path: Path, node: str):
     fake = {b: stand_in(tmp_path, b, "exit 0") for b in ("scontrol", "sinfo", "squeue")}
