@@ -58,7 +58,7 @@ class NotOurs(PermanentAdapterError):
 
 def validate_node_name(name: str) -> str:
     """*name* if it is a plain host name, else :class:`PermanentAdapterError`."""
-    if not isinstance(name, str) or not _NODE_NAME.match(name):
+    if not isinstance(name, str) or not _NODE_NAME.fullmatch(name):
         raise PermanentAdapterError(f"invalid node name {name!r}: expected host name characters "
                                     "[A-Za-z0-9._-], starting and ending with a letter or digit")
     return name
