@@ -26,10 +26,9 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from collector.recording import RecordingError, RecordingWindow, open_recording
 from collector.schema import RecordType
-from models.base import CLASSES
 from models.bundle import ModelBundle
-from models.explain import baselines_for, describe, most_deviant, outside_healthy
-from models.node_scores import NodeScores, aggregate, score_batches
+from models.explainer import Explainer
+from models.node_scores import aggregate, score_batches
 from pipeline.batch import FeatureBatch
 from pipeline.frames import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
@@ -120,14 +119,7 @@ class Replayer:
         self.pipeline_settings = pipeline or PipelineSettings()
         self.score_rows = score_rows
         self.clock = StageClock()
-        #: where explanations take each feature's reference from (the part's own, else the healthy fleet's)
-        # each learned detector reads its own inputs (models/inputs.py): explanations index those
-        c, a = bundle.classifier, bundle.anomaly
-        healthy_q = c.healthy_q if c is not None else None
-        self.baselines = baselines_for(c.inputs if c is not None else bundle.feature_names, healthy_q)
-        if a is not None:  # the classifier's healthy range indexes the anomaly row only when both read the same
-            same = c is not None and c.inputs == a.inputs
-            self.anomaly_baselines = baselines_for(a.inputs, healthy_q if same else None, a.cols, a.center)
+        self.explainer = Explainer(bundle)
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
@@ -181,7 +173,7 @@ class Replayer:
         c1 = time.process_time()
         self.clock.cpu["scoring"] += c1 - c
         for batch, ns in scored:
-            explain = self._explainer(batch, ns)
+            explain = self.explainer.for_tick(batch, ns)
             for k, (cfg, out) in enumerate(((self.policy, result.decisions),
                                             (self.baseline_policy, result.baseline_decisions))):
                 if k == 0 and self.engine is not None:
@@ -193,34 +185,6 @@ class Replayer:
                 d, states[k] = decide(ns, states[k], batch.ts, cfg, explain)
                 out.extend(d)
         self.clock.cpu["policy"] += time.process_time() - c1
-
-    def _explainer(self, batch: FeatureBatch, ns: NodeScores) -> Callable[[int, str], str]:
-        bundle = self.bundle
-        baselines = self.baselines
-
-        def explain(i: int, source: str) -> str:
-            if source == "rule":
-                return bundle.rules.reason(int(ns.rule[i]), batch.x[ns.rule_row[i]])
-            if source == "model" and bundle.classifier is not None:
-                fault = int(ns.fault[i])
-                c = bundle.classifier
-                why = outside_healthy(c.inputs, c.explain_features.get(fault, []), c.healthy_q,
-                                      c.select(batch.x[ns.row[i]]), baselines)
-                risk = f"{CLASSES[fault]} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}"
-                return f"{risk}: {why}" if why else risk
-            if source == "anomaly":
-                gpu = int(batch.gpu[ns.anomaly_row[i]])
-                why = f"anomaly on GPU {gpu} (stranger than {ns.anomaly[i]:.3%} of healthy GPUs)"
-                a = bundle.anomaly
-                if a is None or a.center is None:
-                    return why
-                row = a.select(batch.x[ns.anomaly_row[i]])
-                f = most_deviant(a.center, a.scale, a.cols, row)
-                return why if f is None else f"{why}: most off {describe(a.inputs, f, row, self.anomaly_baselines)}"
-            return ""
-
-        return explain
-
 
 def from_first_gpu_sample(windows: Iterable[RecordingWindow], cadence_s: float, skipped: Counter[str],
                           where: Path | str = "recording") -> Iterator[RecordingWindow]:

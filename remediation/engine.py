@@ -90,6 +90,9 @@ class Engine:
         self.commands = commands
         self.clock = clock
         self.state = PolicyState()
+        #: False on a standby replica: people's approvals and requests are recorded (approved), and
+        #: the leader — whose :meth:`maintain` executes approved actions — carries them out
+        self.acting = True
         self._lock = threading.RLock()
         #: node -> the action that holds it out of service (open or verified, not yet resumed)
         self.holds: dict[str, ActionRecord] = {}
@@ -351,6 +354,8 @@ class Engine:
 
     def _execute(self, rec: ActionRecord) -> ActionRecord:
         """approved → executing (persisted) → the adapter → succeeded | failed | retry later."""
+        if not self.acting:
+            return rec                       # a standby: the leader's next pass executes it
         rec = self._move(rec, ActionState.EXECUTING, ENGINE_ACTOR, "calling " + rec.adapter,
                          attempts=rec.attempts + 1)
         return self._call(rec)
@@ -438,7 +443,9 @@ class Engine:
     # ---- after the fact: retry, verify, follow up, expire -------------------------------------
 
     def maintain(self) -> None:
-        """One pass over every open action (each tick, and from the scheduler's job)."""
+        """One pass over every open action (each tick, and from the scheduler's job); leader only."""
+        if not self.acting:
+            return
         with self._lock:
             now = self.clock()
             for rec in self.store.open_actions():
@@ -448,6 +455,10 @@ class Engine:
                             self._move(rec, ActionState.CANCELLED, ENGINE_ACTOR,
                                        f"expired: nobody approved it within {self.safety.proposal_ttl_s:.0f} s")
                             self._unhold(rec.node)
+                    elif rec.state is ActionState.APPROVED:
+                        if rec.kind.holds_node:
+                            self.holds[rec.node] = rec
+                        self._execute(rec)             # approved on another replica, or before a crash
                     elif rec.state is ActionState.EXECUTING:
                         self._reconcile_executing(rec, restart=False)
                     elif rec.state is ActionState.SUCCEEDED:

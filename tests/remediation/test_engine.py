@@ -342,3 +342,20 @@ def test_a_drain_with_a_reset_when_idle_sends_the_reset_once_the_node_is_idle(st
     assert sent == ["n00000"]
     e.on_command_result(rec.id, "succeeded", "ok")
     assert store.get(rec.id).result["follow_up_state"] == "succeeded"
+
+
+def test_a_standby_records_a_persons_approval_and_the_leader_carries_it_out(store):
+    clock, cluster = Clock(), Cluster()
+    leader = engine(store, clock, cluster, safety=LOOSE.model_copy(update={"require_approval": frozenset({ActionKind.DRAIN})}),
+                    armed=True)
+    rec = leader.tick(fleet(2, clock.t, rule_nodes=[0]), explain)[0]
+    assert rec.blocked_by == "approval"
+    standby = engine(store, clock, cluster)
+    standby.acting = False
+    assert standby.approve(rec.id, "operator:hal").state is ActionState.APPROVED
+    standby.maintain()
+    assert cluster.calls == []
+    leader.maintain()
+    assert [c.node for c in cluster.calls] == ["n00000"] and store.get(rec.id).state is ActionState.SUCCEEDED
+    leader.maintain()
+    assert store.get(rec.id).state is ActionState.VERIFIED
