@@ -1,0 +1,103 @@
+"""The ``gpu.scores`` message: one scoring worker's node scores for one tick, with their reasons.
+
+Scoring workers (many, one per partition group) publish; the engine leader and every API
+replica consume. A message carries one :class:`~models.node_scores.NodeScores` column-wise
+(compact, and decoded straight into arrays), the rule names, and reasons for the nodes
+worth one (the worker has the features; the engine does not), so the engine's ``explain``
+reads the text the replay would have produced. Versioned like ``collector.wire``: a
+consumer refuses a schema or version it does not know with :class:`ScoresFormatError`
+(the caller dead-letters it); fields a newer producer adds are ignored.
+
+Feature-row indexes (``row``, ``rule_row``, ``anomaly_row``) mean nothing outside the
+worker and travel as the node's own position.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import orjson
+
+from collector.schema import Action, FollowUp
+
+from .base import CLASSES
+from .node_scores import NodeScores
+
+_INDEX = {c: i for i, c in enumerate(CLASSES)}
+SCHEMA = "gpuops.scores"
+VERSION = 1
+#: reasons: node -> {"rule" | "model" | "anomaly": text}
+Reasons = Mapping[str, Mapping[str, str]]
+
+
+class ScoresFormatError(ValueError):
+    """A ``gpu.scores`` message this version cannot read (permanent: dead-letter it)."""
+
+
+def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str = "",
+                  rule_names: list[str] | None = None, extra: Mapping[str, Any] | None = None) -> bytes:
+    """One message for one tick of *ns* (``extra``: additive fields, e.g. per-node detail)."""
+    rule = ns.rule.astype(int)
+    msg: dict[str, Any] = {
+        "schema": SCHEMA, "v": VERSION, "ts": float(ns.ts), "worker": worker,
+        "node": [str(n) for n in ns.node],
+        "p_fail": np.round(ns.p_fail.astype(float), 5).tolist(),
+        "fault": [CLASSES[int(f)] for f in ns.fault],
+        "gpu": ns.gpu.astype(int).tolist(),
+        "rule": rule.tolist(),
+        "rule_name": [rule_names[r] if rule_names and r >= 0 else None for r in rule],
+        "rule_gpu": ns.rule_gpu.astype(int).tolist(),
+        "rule_fault": [CLASSES[int(f)] for f in ns.rule_fault],
+        "rule_action": [a.value if a is not None else None for a in ns.rule_action],
+        "rule_follow_up": [f.value if f is not None else None for f in ns.rule_follow_up],
+        "anomaly": np.round(ns.anomaly.astype(float), 7).tolist(),
+        "anomaly_gpu": None if ns.anomaly_gpu is None else ns.anomaly_gpu.astype(int).tolist(),
+        "reasons": {k: dict(v) for k, v in (reasons or {}).items()},
+    }
+    if extra:
+        msg.update({k: v for k, v in extra.items() if k not in msg})
+    return orjson.dumps(msg)
+
+
+def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str, dict[str, str]], dict[str, Any]]:
+    """(scores, reasons, the whole message) from one message; :class:`ScoresFormatError` if unreadable."""
+    try:
+        m = orjson.loads(raw) if isinstance(raw, (bytes, bytearray, memoryview, str)) else dict(raw)
+    except orjson.JSONDecodeError as e:
+        raise ScoresFormatError(f"not JSON: {e}") from None
+    if not isinstance(m, dict) or m.get("schema") != SCHEMA:
+        raise ScoresFormatError(f"not a {SCHEMA} message (schema {m.get('schema') if isinstance(m, dict) else None!r})")
+    if m.get("v") != VERSION:
+        raise ScoresFormatError(f"{SCHEMA} version {m.get('v')!r} is not supported (this build reads {VERSION})")
+    try:
+        n = len(m["node"])
+        cols = ("p_fail", "fault", "gpu", "rule", "rule_gpu", "rule_fault", "rule_action", "rule_follow_up", "anomaly")
+        for c in cols:
+            if len(m[c]) != n:
+                raise ScoresFormatError(f"column {c!r} has {len(m[c])} values for {n} nodes")
+        idx = np.arange(n)
+        ns = NodeScores(
+            float(m["ts"]), np.array(m["node"], object), np.array(m["p_fail"], float),
+            np.array([_INDEX[f] for f in m["fault"]], np.int8), np.array(m["gpu"], int), idx,
+            np.array(m["rule"], int), np.array(m["rule_gpu"], int), idx,
+            np.array([_INDEX[f] for f in m["rule_fault"]], np.int8),
+            np.array([Action(a) if a is not None else None for a in m["rule_action"]], object),
+            np.array([FollowUp(f) if f is not None else None for f in m["rule_follow_up"]], object),
+            np.array(m["anomaly"], float), idx,
+            None if m.get("anomaly_gpu") is None else np.array(m["anomaly_gpu"], int))
+    except ScoresFormatError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise ScoresFormatError(f"malformed {SCHEMA} message: {type(e).__name__}: {e}") from None
+    reasons = m.get("reasons") or {}
+    if not isinstance(reasons, dict):
+        raise ScoresFormatError("reasons must be a mapping of node -> {source: text}")
+    return ns, reasons, m
+
+
+def explain_from(ns: NodeScores, reasons: Reasons):
+    """The policy's ``explain(i, source)`` reading the reasons a worker shipped."""
+    def explain(i: int, source: str) -> str:
+        return reasons.get(str(ns.node[i]), {}).get(source, f"{source} (no reason shipped by the scorer)")
+    return explain

@@ -1,0 +1,46 @@
+"""The gpu.scores message: a tick of node scores survives the round trip, and what cannot be read says why."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from collector.schema import Action, FollowUp
+from models.base import class_index
+from models.node_scores import NodeScores
+from models.score_wire import ScoresFormatError, decode_scores, encode_scores, explain_from
+
+
+def tick() -> NodeScores:
+    idx = np.arange(3)
+    return NodeScores(1234.5, np.array(["a", "b", "c"], object), np.array([0.1, 0.95, 0.0]),
+                      np.array([class_index("nvlink"), class_index("hbm_ecc"), 0], np.int8), np.array([1, 7, 0]), idx,
+                      np.array([-1, 2, -1]), np.array([-1, 7, -1]), idx, np.array([0, class_index("hbm_ecc"), 0], np.int8),
+                      np.array([None, Action.DRAIN, None], object),
+                      np.array([None, FollowUp.RESET_WHEN_IDLE, None], object), np.array([0.5, 0.99999, 0.2]), idx,
+                      np.array([3, 7, 0]))
+
+
+def test_a_tick_of_scores_and_its_reasons_survive_the_round_trip():
+    ns = tick()
+    raw = encode_scores(ns, {"b": {"rule": "row remap pending"}}, worker="w1", rule_names=["x", "y", "remap"])
+    back, reasons, msg = decode_scores(raw)
+    for f in ("node", "p_fail", "fault", "gpu", "rule", "rule_gpu", "rule_fault", "rule_action", "rule_follow_up",
+              "anomaly", "anomaly_gpu"):
+        assert list(getattr(back, f)) == list(getattr(ns, f)), f
+    assert back.ts == 1234.5 and msg["worker"] == "w1" and msg["rule_name"] == [None, "remap", None]
+    explain = explain_from(back, reasons)
+    assert explain(1, "rule") == "row remap pending" and "no reason" in explain(0, "model")
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"{", "not JSON"),
+    (b'{"schema": "other"}', "not a gpuops.scores"),
+    (orjson.dumps({"schema": "gpuops.scores", "v": 99}), "version 99"),
+    (orjson.dumps({"schema": "gpuops.scores", "v": 1, "ts": 1, "node": ["a"], "p_fail": []}), "p_fail"),
+    (orjson.dumps({"schema": "gpuops.scores", "v": 1, "ts": 1}), "malformed"),
+])
+def test_an_unreadable_scores_message_says_why(raw, message):
+    with pytest.raises(ScoresFormatError, match=message):
+        decode_scores(raw)
