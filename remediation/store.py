@@ -74,6 +74,21 @@ class StaleRecord(StoreError):
 
 
 @dataclass(frozen=True)
+class Lease:
+    """Who holds lease *name* until when (wall s since the epoch), in which term (``epoch``)."""
+
+    name: str
+    holder: str
+    expires_at: float
+    epoch: int
+    acquired_at: float
+
+    def live(self, now: float) -> bool:
+        """Whether the lease is still held at *now*."""
+        return now <= self.expires_at
+
+
+@dataclass(frozen=True)
 class NodeScoreRow:
     """The latest score of one node, as the engine last saw it (one row per node).
 
@@ -161,6 +176,14 @@ settings_events = sa.Table(
     sa.Column("value", sa.Text, nullable=False),
     sa.Column("actor", sa.String(255), nullable=False),
     sa.Column("note", sa.Text, nullable=False),
+)
+leases = sa.Table(
+    "leases", _md,
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("holder", sa.String(255), nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("acquired_at", sa.Double, nullable=False),
 )
 #: the tables' metadata at migration head (a test checks the migrations produce exactly this)
 METADATA = _md
@@ -479,6 +502,90 @@ class ActionStore:
                                 .where(e.c.key == key).order_by(e.c.seq)).all()
         return [{**r._asdict(), "value": json.loads(r.value)} for r in rows]
 
+
+    # ---- leases (leader election) ---------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, ttl_s: float, now: float) -> int | None:
+        """Take or keep lease *name* for *holder* until ``now + ttl_s``; its epoch, or None if another holds it.
+
+        Compare-and-set in one write transaction: the lease is taken only if nobody holds it,
+        it has lapsed (``expires_at < now``), or *holder* already holds it (then it is simply
+        extended). The epoch (fencing token) grows by one whenever the lease starts a new term:
+        a new holder, or the same holder after it lapsed. On PostgreSQL the conditional
+        ``UPDATE`` locks the row and re-checks its condition, on SQLite the writer holds the
+        database lock from ``BEGIN IMMEDIATE``: two replicas can never both win.
+        """
+        if not ttl_s > 0:
+            raise StoreError(f"lease ttl must be > 0 s, got {ttl_s!r}")
+        lt = leases.c
+        with self._tx(write=True) as conn:
+            got = conn.execute(self._insert(leases).values(
+                name=name, holder=holder, expires_at=now + ttl_s, epoch=1, acquired_at=now,
+            ).on_conflict_do_nothing(index_elements=["name"]).returning(leases.c.epoch)).scalar()
+            if got is not None:
+                return int(got)
+            same_term = sa.and_(lt.holder == holder, lt.expires_at >= now)
+            got = conn.execute(
+                leases.update()
+                .where(lt.name == name, sa.or_(lt.holder == holder, lt.expires_at < now))
+                .values(holder=holder, expires_at=now + ttl_s,
+                        epoch=sa.case((same_term, lt.epoch), else_=lt.epoch + 1),
+                        acquired_at=sa.case((same_term, lt.acquired_at), else_=now))
+                .returning(lt.epoch)).scalar()
+        return None if got is None else int(got)
+
+    def renew_lease(self, name: str, holder: str, ttl_s: float, now: float, epoch: int | None = None) -> bool:
+        """Extend *holder*'s live lease to ``now + ttl_s``; False if it lapsed or changed hands.
+
+        With *epoch*, only that term is extended (a holder that lost and retook the lease in
+        between learns it from the False).
+        """
+        lt = leases.c
+        where = [lt.name == name, lt.holder == holder, lt.expires_at >= now]
+        if epoch is not None:
+            where.append(lt.epoch == epoch)
+        with self._tx(write=True) as conn:
+            done = conn.execute(leases.update().where(*where).values(expires_at=now + ttl_s))
+        return done.rowcount == 1
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        """Give lease *name* up now (graceful shutdown) so a standby takes it at once; False if not held."""
+        lt = leases.c
+        with self._tx(write=True) as conn:
+            done = conn.execute(leases.update().where(lt.name == name, lt.holder == holder)
+                                .values(expires_at=-1.0))
+        return done.rowcount == 1
+
+    def lease(self, name: str) -> Lease | None:
+        """Lease *name* as stored (live or lapsed), None if never taken."""
+        with self._tx(write=False) as conn:
+            row = conn.execute(sa.select(leases).where(leases.c.name == name)).first()
+        return None if row is None else Lease(row.name, row.holder, float(row.expires_at), int(row.epoch),
+                                              float(row.acquired_at))
+
+    def lease_holder(self, name: str, now: float | None = None) -> str | None:
+        """Who holds lease *name* at *now* (default: the store's clock); None when nobody does."""
+        got = self.lease(name)
+        now = self._clock() if now is None else now
+        return got.holder if got is not None and got.live(now) else None
+
+    # ---- retention ----------------------------------------------------------------------------
+
+    def delete_older_than(self, before: float) -> dict[str, int]:
+        """Delete node scores last updated before *before* and alert records created before it.
+
+        Alerts change nothing on a cluster and pile up; every other action record is the
+        audit trail and is kept. Returns how many rows of each went.
+        """
+        with self._tx(write=True) as conn:
+            ids = list(conn.execute(sa.select(actions.c.id).where(
+                actions.c.kind == ActionKind.ALERT.value, actions.c.created_at < before)).scalars())
+            for i in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[i:i + _IN_CHUNK]
+                conn.execute(action_events.delete().where(action_events.c.action_id.in_(chunk)))
+                conn.execute(actions.delete().where(actions.c.id.in_(chunk)))
+            scores = conn.execute(node_scores.delete().where(node_scores.c.ts < before)).rowcount
+        return {"node_scores": int(scores), "alerts": len(ids)}
 
 
 def _classify(e: sa.exc.SQLAlchemyError, url: str) -> StoreError:
