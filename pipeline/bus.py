@@ -109,6 +109,16 @@ class InProcessBus:
     def close(self) -> None:
         self._position.clear()  # a restarted consumer resumes from the committed offsets
 
+    def consumer(self, topics: Sequence[str]) -> "InProcessBus":
+        """Another consumer of the same logs with its own positions (a second consumer group).
+
+        The embedded service's scoring worker reads telemetry from this bus while its API
+        and engine read ``gpu.scores`` and ``gpu.events`` through a consumer of their own.
+        """
+        other = InProcessBus(self.partitions, topics)
+        other._logs = self._logs
+        return other
+
     def messages(self, topic: str) -> list[BusMessage]:
         """Everything produced to *topic*, by partition then offset (tests, dry runs)."""
         return [m for tp in sorted(self._logs) if tp[0] == topic for m in self._logs[tp]]

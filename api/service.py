@@ -1,0 +1,327 @@
+"""``gpuops serve``'s composition: every long-running part, built from a :class:`~api.config.ServiceConfig`.
+
+What runs in one process (docs/serve.md has the picture):
+
+- **scoring workers** (``scoring.enabled``): threads running :mod:`api.scoring`'s worker — a
+  consumer group on ``gpu.telemetry``/``gpu.events`` → pipeline → models → ``gpu.scores``;
+- **the scores feed** (:mod:`api.scores_feed`): this replica's own consumer of
+  ``gpu.scores``/``gpu.events`` feeding the fleet view, and on the leader the engine;
+- **the leader elector** (:mod:`api.leader`): the engine acts only while this replica holds
+  the store's lease; on gaining it the engine reconciles and rebuilds, on losing it stops at once;
+- **the jobs** (:mod:`api.jobs`, APScheduler): stale telemetry, verification, retention, retraining;
+- **the API** (``api.app.create_app``) under uvicorn;
+- in the **embedded default** (no Kafka): the simulated fleet
+  (:class:`collector.simulator.live.LiveFleet`) feeding an in-process bus, and the engine on
+  the fleet's (sped-up) telemetry clock.
+
+:meth:`Service.start` starts it all and returns; :meth:`Service.stop` is the graceful shutdown:
+stop consuming (each loop finishes the batch and tick in hand, and its offsets are committed),
+stop the jobs, release the lease (a standby takes over at once), then stop the API.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from collector.wire import TOPIC_EVENTS, TOPIC_SCORES, TOPIC_TELEMETRY
+from pipeline.bus import Bus, InProcessBus
+from pipeline.settings import PipelineSettings
+from remediation.adapters.base import Adapter, adapter_class
+from remediation.engine import Engine
+from remediation.store import ActionStore
+
+from api.config import ServiceConfig
+from api.jobs import ServiceJobs, build_scheduler
+from api.leader import LeaderElector
+from api.nodeview import NodeView
+from api.scores_feed import ScoresFeed
+
+log = logging.getLogger(__name__)
+
+
+class ScoringWorkerLike(Protocol):
+    """What the service drives in a scoring thread (api/scoring.py's worker)."""
+
+    def run_once(self) -> Any: ...
+
+
+#: (service, bus, worker name) -> a scoring worker on that bus
+ScorerFactory = Callable[["Service", Bus, str], ScoringWorkerLike]
+#: service -> the ASGI app (api.app.create_app over the service's AppContext)
+AppFactory = Callable[["Service"], Any]
+
+
+def build_adapter(cfg: ServiceConfig) -> Adapter:
+    """The adapter named in the config, with its options (the name was checked at load)."""
+    cls = adapter_class(cfg.adapter.name)
+    opts = dict(cfg.adapter.options)
+    if cfg.adapter.name == "kubernetes":
+        from remediation.adapters.kubernetes import KubernetesAdapterConfig
+
+        conn = {k: opts.pop(k) for k in ("kubeconfig", "in_cluster") if k in opts}
+        return cls(config=KubernetesAdapterConfig(**opts), **conn)
+    if hasattr(cls, "from_config"):
+        return cls.from_config(opts)
+    return cls(**opts)
+
+
+def default_scorer(service: "Service", bus: Bus, name: str) -> ScoringWorkerLike:
+    """api/scoring.py's worker on *bus*, scoring with the service's model bundle."""
+    from api.scoring import ScoringWorker
+
+    return ScoringWorker(bus, service.bundle(), service.pipeline_settings, name=name)
+
+
+def default_app(service: "Service") -> Any:
+    """The FastAPI app over the service's context (api/app.py), with its auth, metrics and registries."""
+    from api.app import create_app
+    from api.auth import Auth
+    from api.context import AppContext
+    from api.metrics import Metrics
+    from api.model_registry import DirModelRegistry
+    from api.replay_jobs import ThreadReplayJobs
+
+    cfg = service.cfg
+    auth = Auth.from_config(cfg.auth)
+    if not cfg.auth.tokens:
+        service.admin_token = auth.generate_admin()
+    ctx = AppContext(store=service.store, engine=service.engine, nodes=service.nodes,
+                     models=service.models or DirModelRegistry(cfg.model_dir or service.state_dir / "models"),
+                     replays=ThreadReplayJobs(service.state_dir / "replays"), auth=auth, metrics=Metrics(),
+                     is_leader=service.elector.is_leader, ready=service.ready)
+    service.context = ctx
+    return create_app(ctx)
+
+
+@dataclass
+class _Loop:
+    name: str
+    thread: threading.Thread
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+
+class Service:
+    """The always-on service (module docstring). Build, :meth:`start`, later :meth:`stop`."""
+
+    def __init__(self, cfg: ServiceConfig, *, scorer_factory: ScorerFactory = default_scorer,
+                 app_factory: AppFactory | None = default_app, adapter: Adapter | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.cfg = cfg
+        self.state_dir = Path(cfg.state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.pipeline_settings = PipelineSettings(**{**cfg.pipeline, "bus": "kafka" if cfg.kafka_bootstrap else
+                                                     "inprocess", "kafka_bootstrap": cfg.kafka_bootstrap or
+                                                     "127.0.0.1:9092", "kafka_group": cfg.scoring.group})
+        self._scorer_factory, self._app_factory = scorer_factory, app_factory
+        self.stop_event = threading.Event()
+        self.fleet = None
+        self._bus: InProcessBus | None = None
+        if cfg.embedded:
+            self._bus = InProcessBus(partitions=4, topics=(TOPIC_TELEMETRY, TOPIC_EVENTS))
+            self.fleet = self._build_fleet()
+        self.clock = clock or (self.fleet.now if self.fleet is not None else time.time)
+        self.store = ActionStore(cfg.resolved_store_url)
+        self.store.migrate()
+        self.adapter = adapter or build_adapter(cfg)
+        self._feed_bus = self._make_feed_bus()
+        self.engine = Engine(self.store, self.adapter, policy=cfg.policy, safety=cfg.safety,
+                             commands=self._commands(), clock=self.clock)
+        self.engine.acting = False                   # until this replica holds the lease
+        self.nodes = NodeView()
+        self.elector = LeaderElector(self.store, cfg.replica, cfg.lease_ttl_s,
+                                     on_gain=self._on_gain, on_loss=self._on_loss)
+        self.feed = ScoresFeed(self._feed_bus, self.nodes, self.engine, self.elector.is_leader)
+        self.models: Any = None
+        self.jobs = ServiceJobs(self.store, self.engine, self.nodes, self.feed.last_seen, self.elector.is_leader,
+                                stale_after_s=cfg.stale_after_s, drain_on_silence=cfg.drain_on_silence,
+                                retention_days=cfg.scheduler.retention_days,
+                                retrain_params=cfg.scheduler.retrain_params)
+        self.scheduler = build_scheduler(self.jobs, cfg.scheduler)
+        self.scorers: list[ScoringWorkerLike] = []
+        self.admin_token: str | None = None
+        self.context: Any = None
+        self.app: Any = None
+        self.server: Any = None
+        self.port: int | None = None
+        self._loops: list[_Loop] = []
+        self._bundle: Any = None
+        self._stopped = threading.Event()
+
+    # ---- parts ----------------------------------------------------------------------------
+
+    def _build_fleet(self) -> Any:
+        from collector.simulator import SimConfig
+        from collector.simulator.live import LiveFleet
+
+        s = self.cfg.simulate
+        start = float(int(time.time() // 60 * 60))
+        names = tuple(s.names)
+        sim = SimConfig(nodes=len(names) or s.nodes, names=names, hours=24, seed=s.seed,
+                        rate_multiplier=s.rate_multiplier, start_ts=start)
+        assert self._bus is not None
+        return LiveFleet(sim, self._bus.produce, speedup=s.speedup)
+
+    def _make_feed_bus(self) -> Bus:
+        if self._bus is not None:
+            return self._bus.consumer((TOPIC_SCORES, TOPIC_EVENTS))
+        from pipeline.kafka_bus import KafkaBus
+
+        # a group of its own per replica: every replica sees every tick; "latest" for a new group,
+        # so a replica's first start does not decide on old ticks (later starts resume where it was)
+        return KafkaBus(self.cfg.kafka_bootstrap, f"gpuops-view-{self.cfg.replica}", (TOPIC_SCORES, TOPIC_EVENTS),
+                        client_id=f"gpuops-view-{self.cfg.replica}", auto_offset_reset="latest")
+
+    def _commands(self) -> Any:
+        c = self.cfg.commands
+        if c is None:
+            return None
+        from collector.commands import load_key
+        from remediation.adapters.agent_commands import CommandSender
+
+        return CommandSender(self._feed_bus, load_key(c.key_file), ttl_s=c.ttl_s)
+
+    def _scoring_bus(self, name: str) -> Bus:
+        if self._bus is not None:
+            return self._bus
+        from pipeline.kafka_bus import KafkaBus
+
+        return KafkaBus(self.cfg.kafka_bootstrap, self.cfg.scoring.group, (TOPIC_TELEMETRY, TOPIC_EVENTS),
+                        client_id=name)
+
+    def bundle(self) -> Any:
+        """The model bundle the scoring workers use (the configured directory, else the shipped one)."""
+        if self._bundle is None:
+            from models.bundle import ModelBundle, default_model_path
+
+            self._bundle = ModelBundle.load(self.cfg.model_dir or default_model_path())
+        return self._bundle
+
+    # ---- leadership -----------------------------------------------------------------------
+
+    def _on_gain(self, epoch: int) -> None:
+        self.engine.acting = True
+        self.engine.start()                          # reconcile in-flight actions, rebuild holds
+        self.nodes.set_held(self.engine.holds)
+        log.warning("engine started as leader (epoch %d): armed=%s adapter=%s", epoch, self.engine.armed,
+                    self.adapter.name)
+
+    def _on_loss(self) -> None:
+        self.engine.acting = False
+
+    def ready(self) -> tuple[bool, str]:
+        """For /readyz: the store answers, and scores have arrived (when this process scores)."""
+        try:
+            self.store.get_setting("armed")
+        except Exception as e:  # noqa: BLE001 - any store failure means "not ready"
+            return False, f"action store: {e}"
+        if self.feed.ticks == 0:
+            return False, "no gpu.scores received yet"
+        return True, "leader" if self.elector.is_leader() else "standby"
+
+    # ---- life cycle ------------------------------------------------------------------------
+
+    def _spawn(self, name: str, target: Callable[[threading.Event], None], closers: list[Callable[[], None]] = ()
+               ) -> None:
+        t = threading.Thread(target=target, args=(self.stop_event,), name=name, daemon=True)
+        self._loops.append(_Loop(name, t, list(closers)))
+        t.start()
+
+    def _scoring_loop(self, worker: ScoringWorkerLike) -> Callable[[threading.Event], None]:
+        def run(stop: threading.Event) -> None:
+            while not stop.is_set():
+                try:
+                    worker.run_once()
+                except Exception:  # noqa: BLE001 - log and continue (STYLE.md 9)
+                    log.exception("scoring worker failed a batch; continuing")
+                    stop.wait(1.0)
+        return run
+
+    def start(self) -> "Service":
+        """Start every part; returns once the API listens (``self.port``)."""
+        self.elector.step()                          # lead at once when nobody else does
+        self._spawn("gpuops-leader", self.elector.run)
+        self._spawn("gpuops-scores-feed", self.feed.run, [self._feed_bus.close])
+        if self.cfg.scoring.enabled:
+            n = 1 if self._bus is not None else self.cfg.scoring.workers  # one in-process log, one reader
+            for k in range(n):
+                name = f"gpuops-scoring-{self.cfg.replica}-{k}"
+                bus = self._scoring_bus(name)
+                worker = self._scorer_factory(self, bus, name)
+                self.scorers.append(worker)
+                self._spawn(name, self._scoring_loop(worker), [] if bus is self._bus else [bus.close])
+        if self.fleet is not None:
+            self._spawn("gpuops-simulated-fleet", self.fleet.run)
+        self.scheduler.start()
+        if self._app_factory is not None:
+            self.app = self._app_factory(self)
+            self._start_api()
+        return self
+
+    def _start_api(self) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(self.app, host=self.cfg.host, port=self.cfg.port, log_level="warning",
+                                lifespan="on", access_log=False)
+        self.server = uvicorn.Server(config)
+        t = threading.Thread(target=self.server.run, name="gpuops-api", daemon=True)
+        t.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not t.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not start on {self.cfg.host}:{self.cfg.port} "
+                                   "(port in use? see the log above)")
+            time.sleep(0.02)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        self._api_thread = t
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.cfg.host}:{self.port}"
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Graceful shutdown (module docstring); idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        log.warning("shutting down: stop consuming, finish the tick in hand, commit, release the lease")
+        self.stop_event.set()
+        deadline = time.monotonic() + timeout_s
+        for loop in self._loops:
+            loop.thread.join(max(0.1, deadline - time.monotonic()))
+            if loop.thread.is_alive():
+                log.error("%s did not stop within %.0f s", loop.name, timeout_s)
+        for loop in self._loops:
+            for close in loop.closers:
+                try:
+                    close()
+                except Exception as e:  # noqa: BLE001 - shutting down: report and go on
+                    log.warning("closing %s: %s", loop.name, e)
+        try:
+            self.scheduler.shutdown(wait=True)
+        except Exception as e:  # noqa: BLE001
+            log.warning("stopping the scheduler: %s", e)
+        self.elector.release()
+        if self.server is not None:
+            self.server.should_exit = True
+            self._api_thread.join(max(0.1, deadline - time.monotonic()))
+        self.store.close()
+
+    def run_until_signalled(self) -> None:
+        """Start, then wait for SIGTERM or SIGINT and shut down gracefully (the CLI's main loop)."""
+        import signal
+
+        def handler(signum: int, _frame: Any) -> None:
+            log.warning("signal %d received", signum)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+        try:
+            self.stop_event.wait()
+        finally:
+            self.stop()
