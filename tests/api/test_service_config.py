@@ -1,0 +1,62 @@
+"""The service config: the example file loads, every problem is listed at once, env overrides the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from api.config import ServiceConfigError, load_service_config
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "config" / "gpuops.example.yaml"
+
+
+def test_example_config_loads_with_the_slurm_adapter_and_kafka() -> None:
+    cfg = load_service_config(EXAMPLE)
+    assert cfg.adapter.name == "slurm" and cfg.kafka_bootstrap and not cfg.embedded
+    assert cfg.safety.armed is False and cfg.auth.tokens[0].role == "operator"
+
+
+def test_no_config_is_the_embedded_default_on_loopback_with_sqlite_and_dry_run() -> None:
+    cfg = load_service_config(None)
+    assert cfg.embedded and cfg.host == "127.0.0.1" and cfg.adapter.name == "dryrun"
+    assert cfg.resolved_store_url.startswith("sqlite:///") and cfg.drain_on_silence is False
+
+
+def test_every_problem_is_listed_in_one_error(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("port: 99999\nlease_ttl_s: 0\nsafety: {armed: maybe}\nbogus: 1\n")
+    with pytest.raises(ServiceConfigError) as e:
+        load_service_config(f)
+    msg = str(e.value)
+    for key in ("port", "lease_ttl_s", "safety.armed", "bogus"):
+        assert key in msg
+
+
+def test_unknown_adapter_names_the_valid_ones(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("adapter: {name: lsf}\nmodel_dir: /nonexistent/models\n")
+    with pytest.raises(ServiceConfigError, match="valid: dryrun, kubernetes, slurm") as e:
+        load_service_config(f)
+    assert "model_dir" in str(e.value)
+
+
+def test_unknown_slurm_option_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("adapter: {name: slurm, options: {partition_cap: 3}}\n")
+    with pytest.raises(ServiceConfigError, match="partition_cap"):
+        load_service_config(f)
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("port: 8080\nsafety: {armed: false}\n")
+    monkeypatch.setenv("GPUOPS_PORT", "9001")
+    monkeypatch.setenv("GPUOPS_SAFETY__ARMED", "true")
+    cfg = load_service_config(f)
+    assert cfg.port == 9001 and cfg.safety.armed is True
+
+
+def test_cli_flags_override_the_file() -> None:
+    cfg = load_service_config(EXAMPLE, host="0.0.0.0", port=0)
+    assert (cfg.host, cfg.port) == ("0.0.0.0", 0)

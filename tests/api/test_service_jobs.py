@@ -1,0 +1,69 @@
+"""The service's jobs: a silent node is shown unknown and alerted once, never drained for silence alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from api.jobs import ServiceJobs
+from api.nodeview import UNKNOWN, NodeView
+from models.node_scores import NodeScores
+from remediation.actions import ActionKind
+from remediation.adapters.dryrun import DryRunAdapter
+from remediation.engine import Engine
+from remediation.store import ActionStore
+
+
+def _ns(ts: float, nodes: list[str]) -> NodeScores:
+    n = len(nodes)
+    idx, neg = np.arange(n), -np.ones(n, int)
+    none = np.array([None] * n, object)
+    return NodeScores(ts, np.array(nodes, object), np.zeros(n), np.zeros(n, np.int8), np.zeros(n, int), idx,
+                      neg, neg, idx, np.zeros(n, np.int8), none, none, np.zeros(n), idx, None)
+
+
+def _setup(tmp_path: Path, drain: bool = False):  # noqa: ANN202
+    store = ActionStore(f"sqlite:///{tmp_path / 'a.db'}")
+    store.migrate()
+    dry = DryRunAdapter()
+    engine = Engine(store, dry, clock=lambda: 5000.0)
+    nodes = NodeView()
+    nodes.update(_ns(4000.0, ["n1", "n2"]))
+    mono = [100.0]
+    seen = {"n1": 100.0, "n2": 100.0}
+    jobs = ServiceJobs(store, engine, nodes, seen, lambda: True, stale_after_s=60.0, drain_on_silence=drain,
+                       monotonic=lambda: mono[0])
+    return store, dry, nodes, seen, mono, jobs
+
+
+def test_silent_node_is_shown_unknown_and_alerted_once_but_not_drained(tmp_path: Path) -> None:
+    store, dry, nodes, seen, mono, jobs = _setup(tmp_path)
+    mono[0] = 150.0
+    seen["n2"] = 150.0
+    assert jobs.stale_telemetry() == set()
+    mono[0] = 200.0
+    seen["n2"] = 200.0
+    assert jobs.stale_telemetry() == {"n1"}
+    assert jobs.stale_telemetry() == set()               # the same silence: no second alert
+    assert nodes.get("n1")["state"] == UNKNOWN and nodes.get("n2")["state"] != UNKNOWN
+    recs = store.query(limit=10)
+    assert [(r.node, r.kind) for r in recs] == [("n1", ActionKind.ALERT)]
+    assert "not drained" in recs[0].reason and dry.calls == []
+
+
+def test_drain_on_silence_drains_in_dry_run_when_configured(tmp_path: Path) -> None:
+    store, dry, nodes, seen, mono, jobs = _setup(tmp_path, drain=True)
+    mono[0] = 500.0
+    jobs.stale_telemetry()
+    kinds = sorted(r.kind.value for r in store.query(limit=10))
+    assert kinds == ["alert", "alert", "drain", "drain"]
+    assert {c.verb for c in dry.calls} == {"drain"}
+
+
+def test_retention_runs_on_the_leader_only(tmp_path: Path) -> None:
+    store, dry, nodes, seen, mono, jobs = _setup(tmp_path)
+    jobs.is_leader = lambda: False
+    assert jobs.retention() == {}
+    jobs.is_leader = lambda: True
+    assert jobs.retention() == {"node_scores": 0, "alerts": 0}
