@@ -22,6 +22,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from collector.commands import TOPIC_COMMANDS
+from collector.wire import TOPIC_DEADLETTER, TOPIC_EVENTS, TOPIC_SCORES, TOPIC_TELEMETRY
 from remediation.config import PolicyConfig
 from remediation.safety import SafetyConfig
 
@@ -90,6 +92,16 @@ class ScoringSection(_Section):
     group: str = Field("gpuops-scoring", description="Kafka consumer group of the scoring workers.")
 
 
+class TopicsSection(_Section):
+    """Kafka topic names (collector/wire.py's by default; tests and shared brokers use their own)."""
+
+    telemetry: str = Field(TOPIC_TELEMETRY, description="Agents' samples, one message per node per tick.")
+    events: str = Field(TOPIC_EVENTS, description="Agents' events (XIDs, command results).")
+    scores: str = Field(TOPIC_SCORES, description="The scoring workers' node scores, one message per tick.")
+    deadletter: str = Field(TOPIC_DEADLETTER, description="What a consumer could not use, with the reason.")
+    commands: str = Field(TOPIC_COMMANDS, description="Signed commands to the agents (GPU resets).")
+
+
 class SchedulerSection(_Section):
     """Intervals of the background jobs (APScheduler; each job max_instances=1, coalesced)."""
 
@@ -140,6 +152,7 @@ class ServiceConfig(BaseSettings):
     auth: AuthSection = Field(default_factory=AuthSection)
     model_dir: Path | None = Field(None, description="Model bundles directory; None: the shipped model.")
     scoring: ScoringSection = Field(default_factory=ScoringSection)
+    topics: TopicsSection = Field(default_factory=TopicsSection)
     pipeline: dict[str, Any] = Field(default_factory=dict, description="PipelineSettings overrides "
                                      "(cadence_s, windows, ...).")
     scheduler: SchedulerSection = Field(default_factory=SchedulerSection)

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from collector.wire import TOPIC_EVENTS, TOPIC_SCORES, TOPIC_TELEMETRY
 from pipeline.bus import Bus, InProcessBus
 from pipeline.settings import PipelineSettings
 from remediation.adapters.base import Adapter, adapter_class
@@ -74,7 +73,7 @@ def default_scorer(service: "Service", bus: Bus, name: str) -> ScoringWorkerLike
     """api/scoring.py's worker on *bus*, scoring with the service's model bundle."""
     from api.scoring import ScoringWorker
 
-    return ScoringWorker(bus, service.bundle(), service.pipeline_settings, name=name)
+    return ScoringWorker(bus, service.bundle(), service.pipeline_settings, name=name, topics=service.topics)
 
 
 def default_app(service: "Service") -> Any:
@@ -118,11 +117,12 @@ class Service:
                                                      "inprocess", "kafka_bootstrap": cfg.kafka_bootstrap or
                                                      "127.0.0.1:9092", "kafka_group": cfg.scoring.group})
         self._scorer_factory, self._app_factory = scorer_factory, app_factory
+        self.topics = cfg.topics
         self.stop_event = threading.Event()
         self.fleet = None
         self._bus: InProcessBus | None = None
         if cfg.embedded:
-            self._bus = InProcessBus(partitions=4, topics=(TOPIC_TELEMETRY, TOPIC_EVENTS))
+            self._bus = InProcessBus(partitions=4, topics=(self.topics.telemetry, self.topics.events))
             self.fleet = self._build_fleet()
         self.clock = clock or (self.fleet.now if self.fleet is not None else time.time)
         self.store = ActionStore(cfg.resolved_store_url)
@@ -135,7 +135,8 @@ class Service:
         self.nodes = NodeView()
         self.elector = LeaderElector(self.store, cfg.replica, cfg.lease_ttl_s,
                                      on_gain=self._on_gain, on_loss=self._on_loss)
-        self.feed = ScoresFeed(self._feed_bus, self.nodes, self.engine, self.elector.is_leader)
+        self.feed = ScoresFeed(self._feed_bus, self.nodes, self.engine, self.elector.is_leader,
+                               scores_topic=self.topics.scores, events_topic=self.topics.events)
         self.models: Any = None
         self.jobs = ServiceJobs(self.store, self.engine, self.nodes, self.feed.last_seen, self.elector.is_leader,
                                 stale_after_s=cfg.stale_after_s, drain_on_silence=cfg.drain_on_silence,
@@ -164,16 +165,18 @@ class Service:
         sim = SimConfig(nodes=len(names) or s.nodes, names=names, hours=24, seed=s.seed,
                         rate_multiplier=s.rate_multiplier, start_ts=start)
         assert self._bus is not None
-        return LiveFleet(sim, self._bus.produce, speedup=s.speedup)
+        return LiveFleet(sim, self._bus.produce, speedup=s.speedup, telemetry_topic=self.topics.telemetry,
+                         events_topic=self.topics.events)
 
     def _make_feed_bus(self) -> Bus:
         if self._bus is not None:
-            return self._bus.consumer((TOPIC_SCORES, TOPIC_EVENTS))
+            return self._bus.consumer((self.topics.scores, self.topics.events))
         from pipeline.kafka_bus import KafkaBus
 
         # a group of its own per replica: every replica sees every tick; "latest" for a new group,
         # so a replica's first start does not decide on old ticks (later starts resume where it was)
-        return KafkaBus(self.cfg.kafka_bootstrap, f"gpuops-view-{self.cfg.replica}", (TOPIC_SCORES, TOPIC_EVENTS),
+        return KafkaBus(self.cfg.kafka_bootstrap, f"gpuops-view-{self.cfg.replica}",
+                        (self.topics.scores, self.topics.events),
                         client_id=f"gpuops-view-{self.cfg.replica}", auto_offset_reset="latest")
 
     def _commands(self) -> Any:
@@ -183,15 +186,15 @@ class Service:
         from collector.commands import load_key
         from remediation.adapters.agent_commands import CommandSender
 
-        return CommandSender(self._feed_bus, load_key(c.key_file), ttl_s=c.ttl_s)
+        return CommandSender(self._feed_bus, load_key(c.key_file), topic=self.topics.commands, ttl_s=c.ttl_s)
 
     def _scoring_bus(self, name: str) -> Bus:
         if self._bus is not None:
             return self._bus
         from pipeline.kafka_bus import KafkaBus
 
-        return KafkaBus(self.cfg.kafka_bootstrap, self.cfg.scoring.group, (TOPIC_TELEMETRY, TOPIC_EVENTS),
-                        client_id=name)
+        return KafkaBus(self.cfg.kafka_bootstrap, self.cfg.scoring.group,
+                        (self.topics.telemetry, self.topics.events), client_id=name)
 
     def bundle(self) -> Any:
         """The model bundle the scoring workers use (the configured directory, else the shipped one)."""

@@ -19,29 +19,31 @@ from models.explainer import Explainer
 from models.node_scores import aggregate, score_batches
 from models.score_wire import encode_scores
 from pipeline.stream import FeaturePipeline
-from pipeline.worker import StreamWorker
+from pipeline.worker import StreamTopics, StreamWorker
 
 
 class StandInScorer:
     """Scores each closed tick and publishes one gpu.scores message for it."""
 
-    def __init__(self, bus: Any, bundle: Any, settings: Any, name: str = "") -> None:
+    def __init__(self, bus: Any, bundle: Any, settings: Any, name: str = "", topics: Any = None) -> None:
         self.bus, self.bundle, self.name = bus, bundle, name
+        self.scores_topic = topics.scores if topics is not None else TOPIC_SCORES
         self.explainer = Explainer(bundle)
-        self.worker = StreamWorker(bus, FeaturePipeline(settings), self._score)
+        st = StreamTopics(topics.telemetry, topics.events, topics.deadletter) if topics is not None else StreamTopics()
+        self.worker = StreamWorker(bus, FeaturePipeline(settings), self._score, st)
 
     def _score(self, batch: Any) -> None:
         ns = aggregate(batch, score_batches(self.bundle, [batch])[0], self.bundle.rules)
         worth = np.flatnonzero((ns.rule >= 0) | (ns.p_fail >= 0.3))
         reasons = self.explainer.reasons(batch, ns, worth)
-        self.bus.produce(TOPIC_SCORES, self.name or None, encode_scores(ns, reasons, worker=self.name))
+        self.bus.produce(self.scores_topic, self.name or None, encode_scores(ns, reasons, worker=self.name))
 
     def run_once(self) -> Any:
         return self.worker.run_once()
 
 
 def standin_scorer(service: Any, bus: Any, name: str) -> StandInScorer:
-    return StandInScorer(bus, service.bundle(), service.pipeline_settings, name)
+    return StandInScorer(bus, service.bundle(), service.pipeline_settings, name, service.topics)
 
 
 def standin_app(service: Any) -> Any:
