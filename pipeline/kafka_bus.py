@@ -67,8 +67,21 @@ class KafkaBus:
 
     def backlog(self) -> dict[TopicPartition, int | None]:
         out: dict[TopicPartition, int | None] = {}
-        for tp in self._consumer.assignment():
+        assigned = self._consumer.assignment()
+        # highwater() is known only once a fetch answered for the partition; an assigned partition
+        # that never gets a record (an empty one, in a group that split the topic) would stay
+        # unknown and hold the watermark back for ever: ask the broker for its end offset instead
+        unknown = [tp for tp in assigned if self._consumer.highwater(tp) is None]
+        ends: dict = {}
+        if unknown:
+            try:
+                ends = self._consumer.end_offsets(unknown)
+            except KafkaError:
+                ends = {}
+        for tp in assigned:
             hw = self._consumer.highwater(tp)
+            if hw is None:
+                hw = ends.get(tp)
             pos = self._polled.get((tp.topic, tp.partition))
             if pos is None and hw is not None:
                 pos = self._consumer.position(tp)

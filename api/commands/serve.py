@@ -8,6 +8,7 @@ describes the parts, the config file and the shutdown.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -48,15 +49,9 @@ def run_service(config: Path | None, *, host: str | None = None, port: int | Non
             else f"Kafka {cfg.kafka_bootstrap}, adapter {cfg.adapter.name}"
             f"{' (ARMED)' if service.engine.armed else ' (dry run until armed)'}")
     typer.echo(f"gpuops serving on {service.url}  ({mode}; replica {cfg.replica}; store "
-               f"{cfg.resolved_store_url.split('@')[-1]})", err=False)
+               f"{cfg.resolved_store_url.split('@')[-1]})")
     if service.admin_token:
         typer.echo(f"    {service.url}/v1/nodes  with  Authorization: Bearer {service.admin_token}")
         typer.echo(f"    admin token: {service.admin_token}")
-    sys_stdout_flush()
-    service.run_until_signalled()
-
-
-def sys_stdout_flush() -> None:
-    import sys
-
     sys.stdout.flush()
+    service.run_until_signalled()

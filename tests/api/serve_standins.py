@@ -2,7 +2,8 @@
 
 A scoring worker (StreamWorker → score → ``gpu.scores``) and a minimal API (``GET /v1/nodes``
 behind a bearer token) with the same wiring the service gives the real ones. Test files
-only; ``python -m tests.api.serve_standins --config FILE`` runs a service with them.
+only; ``python -m tests.api.serve_standins --config FILE`` runs a service with them (and,
+when ``GPUOPS_TEST_CLUSTER_FILE`` names a file, with the file-backed test cluster as adapter).
 """
 
 from __future__ import annotations
@@ -69,17 +70,26 @@ def standin_app(service: Any) -> Any:
 
 
 def main(argv: list[str]) -> None:
+    """``serve --config FILE`` with the stand-ins where the real parts are missing, and with
+    ``GPUOPS_TEST_CLUSTER_FILE`` set, the file-backed cluster (tests/api/file_cluster.py) as adapter."""
     import argparse
     import logging
+    import os
     from pathlib import Path
 
     from api.commands.serve import run_service
+    from tests.api.serve_proc import real_parts
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", type=Path)
     args = ap.parse_args(argv)
-    run_service(args.config, scorer_factory=standin_scorer, app_factory=standin_app)
+    kw: dict[str, Any] = {} if real_parts() else {"scorer_factory": standin_scorer, "app_factory": standin_app}
+    if os.environ.get("GPUOPS_TEST_CLUSTER_FILE"):
+        from tests.api.file_cluster import FileClusterAdapter
+
+        kw["adapter"] = FileClusterAdapter(os.environ["GPUOPS_TEST_CLUSTER_FILE"])
+    run_service(args.config, **kw)
 
 
 if __name__ == "__main__":

@@ -14,26 +14,18 @@ needs the model's 30-minute window of warm-up first).
 
 from __future__ import annotations
 
-import os
 import subprocess
-import time
-import threading
 import uuid
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 
-from collector.simulator import SimConfig
-from collector.simulator.live import LiveFleet
-from collector.wire import encode_event
-from tests.api.serve_proc import ServeProcess, start_serve
+from tests.api.serve_proc import NODES, Agents, ServeProcess, start_serve
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slurm]
 
-NODES = ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
 TARGET = "gpu-node-02"
 SPEEDUP = 10.0
 FAILURE_AFTER_S = 600.0      # telemetry seconds from the NVLink error to the GPU's failure
@@ -56,66 +48,6 @@ def resume(name: str) -> None:
     subprocess.run(["scontrol", "update", f"nodename={name}", "state=RESUME"], capture_output=True, timeout=30)
 
 
-def make_topics(admin, names: list[str]) -> None:  # noqa: ANN001
-    from kafka.admin import NewTopic
-
-    admin.create_topics([NewTopic(n, num_partitions=4, replication_factor=1) for n in names], timeout_ms=30_000)
-
-    def ready() -> bool:
-        described = admin.describe_topics(names)
-        return len(described) == len(names) and all(
-            d.get("error_code") == 0 and len(d.get("partitions", [])) == 4 and
-            all(p.get("leader", -1) >= 0 for p in d["partitions"]) for d in described)
-
-    wait_until(ready, timeout_s=30, interval_s=0.1, message=f"topics {names} ready")
-
-
-@pytest.fixture
-def topics(kafka_admin) -> Iterator[dict[str, str]]:  # noqa: ANN001
-    tag = uuid.uuid4().hex[:8]
-    t = {k: f"test.serve.{k}.{tag}" for k in ("telemetry", "events", "scores", "deadletter", "commands")}
-    make_topics(kafka_admin, list(t.values()))
-    yield t
-    try:
-        kafka_admin.delete_topics(list(t.values()), timeout_ms=30_000)
-    except Exception:  # noqa: BLE001 - best effort; the broker's state is scratch
-        pass
-
-
-class Agents:
-    """The simulated fleet publishing to real Kafka in a thread, as the nodes' agents would."""
-
-    def __init__(self, bootstrap: str, topics: dict[str, str]) -> None:
-        from kafka import KafkaProducer
-
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", linger_ms=5)
-        cfg = SimConfig(nodes=len(NODES), names=NODES, hours=2, seed=101, rate_multiplier=0.0,
-                        app_xid_per_node_day=0.0, reboot_per_node_day=0.0, congestion_per_day=0.0,
-                        start_ts=float(int(time.time())))
-        self.topics = topics
-        self.fleet = LiveFleet(cfg, self.send, speedup=SPEEDUP, telemetry_topic=topics["telemetry"],
-                               events_topic=topics["events"])
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.fleet.run, args=(self.stop,), daemon=True)
-
-    def send(self, topic: str, key: str, value: bytes) -> None:
-        self.producer.send(topic, key=key.encode(), value=value)
-
-    def inject_xid(self, node: str, gpu: int, code: int) -> float:
-        ts = self.fleet.now()
-        self.send(self.topics["events"], node, encode_event({
-            "ts": ts, "node": node, "gpu": gpu, "source": "kmsg", "kind": "xid", "code": code,
-            "message": f"NVRM: Xid (PCI:0000:{gpu:02x}:00): {code}, pid=4242, name=python3, NVLink error"}))
-        self.producer.flush()
-        return ts
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        self.producer.flush()
-        self.producer.close()
-
-
 def service_config(tmp_path: Path, bootstrap: str, topics: dict[str, str], slurm_conf: Path, **extra) -> dict:
     tag = uuid.uuid4().hex[:8]
     return {"port": 0, "state_dir": str(tmp_path / "state"), "store_url": f"sqlite:///{tmp_path / 'actions.db'}",
@@ -127,14 +59,14 @@ def service_config(tmp_path: Path, bootstrap: str, topics: dict[str, str], slurm
 
 @pytest.mark.timeout(240)
 def test_injected_nvlink_fault_ends_with_that_node_drained_in_slurm_before_it_fails(
-        tmp_path: Path, kafka_bootstrap: str, topics: dict[str, str], slurm_conf: Path) -> None:
+        tmp_path: Path, kafka_bootstrap: str, serve_topics: dict[str, str], slurm_conf: Path) -> None:
     wait_until(lambda: all(drained_by_gpuops(n) is None and "DRAIN" not in slurm_node(n).get("State", "")
                            for n in NODES), timeout_s=60, interval_s=0.5, message="the test cluster's nodes undrained")
-    agents = Agents(kafka_bootstrap, topics)
+    agents = Agents(kafka_bootstrap, serve_topics, speedup=SPEEDUP)
     serve: ServeProcess | None = None
     try:
-        serve = start_serve(service_config(tmp_path, kafka_bootstrap, topics, slurm_conf), tmp_path, "serve")
-        agents.thread.start()
+        serve = start_serve(service_config(tmp_path, kafka_bootstrap, serve_topics, slurm_conf), tmp_path, "serve")
+        agents.start()
         auth = {"Authorization": f"Bearer {serve.token}"}
         wait_until(lambda: httpx.get(f"{serve.url}/v1/nodes", headers=auth, timeout=5).json()["count"] == 4,
                    timeout_s=90, interval_s=0.5, message="serve lists the four simulated nodes")
