@@ -36,6 +36,9 @@ from remediation.engine import Engine  # noqa: E402
 from remediation.safety import SafetyConfig  # noqa: E402
 from remediation.store import ActionStore  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_store import postgres_schema  # noqa: E402
+
 
 def scores(n: int, ts: float, rng: np.random.Generator) -> NodeScores:
     idx = np.arange(n)
@@ -49,35 +52,11 @@ def scores(n: int, ts: float, rng: np.random.Generator) -> NodeScores:
                       np.array([None] * n, object), rng.random(n) * 0.99, idx)
 
 
-def fresh_schema(url: str):
-    """A new empty PostgreSQL schema for one run (dropped afterwards): a URL and the drop function."""
-    import uuid
-    from urllib.parse import quote
-
-    import sqlalchemy as sa
-
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(url)
-    with admin.begin() as c:
-        c.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-
-    def drop() -> None:
-        with admin.begin() as c:
-            c.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.dispose()
-
-    return f"{url}{'&' if '?' in url else '?'}options={quote(f'-csearch_path={schema}')}", drop
-
-
 def run(url: str, ticks: int, nodes: int) -> dict[str, float]:
-    drop = None
     if url.startswith("postgresql"):
-        url, drop = fresh_schema(url)
-    try:
-        return _run(url, ticks, nodes)
-    finally:
-        if drop:
-            drop()
+        with postgres_schema(url) as fresh:       # a new empty schema per run, dropped afterwards
+            return _run(fresh, ticks, nodes)
+    return _run(url, ticks, nodes)
 
 
 def _run(url: str, ticks: int, nodes: int) -> dict[str, float]:

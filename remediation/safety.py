@@ -33,12 +33,11 @@ import enum
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from .actions import ActionKind
+from .config import load_yaml_model
 
 
 class SafetyConfig(BaseModel):
@@ -103,20 +102,7 @@ class SafetyConfigError(ValueError):
 
 def load_safety_config(path: str | Path | None) -> SafetyConfig:
     """Read the ``safety:`` mapping of a YAML file (``None``: defaults); every problem is listed."""
-    if path is None:
-        return SafetyConfig()
-    try:
-        raw: Any = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise SafetyConfigError(f"{path}: cannot read safety settings: {e}") from None
-    if not isinstance(raw, dict):
-        raise SafetyConfigError(f"{path}: safety settings must be a mapping")
-    raw = raw.get("safety", raw)
-    try:
-        return SafetyConfig(**raw)
-    except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'safety'}: {err['msg']}" for err in e.errors())
-        raise SafetyConfigError(f"{path}: {problems}") from None
+    return load_yaml_model(path, SafetyConfig, "safety", SafetyConfigError)
 
 
 class Outcome(str, enum.Enum):
