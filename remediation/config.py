@@ -7,7 +7,7 @@ an invalid file fails at start-up with every problem listed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -176,17 +176,28 @@ class PolicyConfig(BaseModel):
 
 def load_policy_config(path: str | Path | None) -> PolicyConfig:
     """Read a policy YAML file (``None``: defaults); invalid files raise :class:`PolicyConfigError`."""
+    return load_yaml_model(path, PolicyConfig, "policy", PolicyConfigError)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_yaml_model(path: str | Path | None, model: type[M], section: str, error: type[ValueError]) -> M:
+    """*model* from the ``section:`` mapping of a YAML file (or the file's top level), every problem listed.
+
+    ``None`` gives the defaults. The one loader of remediation's settings files (policy, safety).
+    """
     if path is None:
-        return PolicyConfig()
+        return model()
     try:
         raw: Any = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
-        raise PolicyConfigError(f"{path}: cannot read policy: {e}") from None
+        raise error(f"{path}: cannot read {section} settings: {e}") from None
     if not isinstance(raw, dict):
-        raise PolicyConfigError(f"{path}: policy must be a mapping of settings")
-    raw = raw.get("policy", raw)
+        raise error(f"{path}: {section} settings must be a mapping")
+    raw = raw.get(section, raw)
     try:
-        return PolicyConfig(**raw)
+        return model(**raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'policy'}: {err['msg']}" for err in e.errors())
-        raise PolicyConfigError(f"{path}: {problems}") from None
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or section}: {err['msg']}" for err in e.errors())
+        raise error(f"{path}: {problems}") from None

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Protocol
 
 from collector.schema import Action, FaultClass, FollowUp, Grade
+from models.base import CLASSES
 from models.node_scores import NodeScores
 
 from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id, scheduler_reason
@@ -42,6 +43,8 @@ from .store import ActionStore, NodeScoreRow
 
 log = logging.getLogger(__name__)
 
+#: states an action is in while the engine still has work to do on it (besides proposals)
+_IN_FLIGHT = (ActionState.APPROVED, ActionState.EXECUTING, ActionState.SUCCEEDED)
 #: how far back the engine reads its own history at start (holds, lemons, cooldowns), s
 HISTORY_S = 30 * 86400.0
 _MAX_BACKOFF_S = 300.0
@@ -232,10 +235,12 @@ class Engine:
 
     def _put_scores(self, s: NodeScores) -> None:
         held = self.holds
-        rows = [NodeScoreRow(node=str(n), ts=s.ts, risk=float(p), fault=s.fault_class(i).value if f > 0 else None,
-                             anomaly=float(a), rule=str(int(r)) if r >= 0 else None,
-                             state="held" if str(n) in held else "ok")
-                for i, (n, p, f, a, r) in enumerate(zip(s.node, s.p_fail, s.fault, s.anomaly, s.rule))]
+        faults = [CLASSES[f] if f > 0 else None for f in s.fault.tolist()]
+        ts = float(s.ts)
+        rows = [NodeScoreRow(node=n, ts=ts, risk=p, fault=f, anomaly=a, rule=str(r) if r >= 0 else None,
+                             state="held" if n in held else "ok")
+                for n, p, f, a, r in zip(map(str, s.node), s.p_fail.tolist(), faults, s.anomaly.tolist(),
+                                         s.rule.tolist())]
         self.store.put_scores(rows)
 
     def submit(self, decisions: Iterable[Decision], evidence: dict[str, dict[str, Any]] | None = None
@@ -448,7 +453,11 @@ class Engine:
             return
         with self._lock:
             now = self.clock()
-            for rec in self.store.open_actions():
+            # proposals wait for a person: only the expired ones need this pass
+            live = self.store.query(states=_IN_FLIGHT, limit=1_000_000)
+            expired = self.store.query(states=[ActionState.PROPOSED], until=now - self.safety.proposal_ttl_s,
+                                       limit=1_000_000)
+            for rec in sorted(live + expired, key=lambda r: r.created_at):
                 try:
                     if rec.state is ActionState.PROPOSED:
                         if now - rec.created_at > self.safety.proposal_ttl_s:

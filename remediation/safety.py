@@ -15,7 +15,8 @@ Checks, in order (the first that applies wins):
 3. **paused** — a person paused automation: proposals wait.
 4. **breaker** — the circuit breaker is open (too many nodes looked bad at once; usually
    the telemetry, not the fleet): nothing automatic runs until a person closes it.
-5. **cooldown** — the node had an action within ``node_cooldown_s``.
+5. **cooldown** — the node had an action within ``node_cooldown_s`` (a node gpuops holds may
+   still be escalated: the same incident going further).
 6. **lemon** — the node was taken out ``lemon_actions`` times within ``lemon_window_s``:
    a person decides instead of another loop.
 7. **caps** — concurrently held nodes (absolute, % of the fleet, % of a partition) and
@@ -33,12 +34,11 @@ import enum
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from .actions import ActionKind
+from .config import load_yaml_model
 
 
 class SafetyConfig(BaseModel):
@@ -103,20 +103,7 @@ class SafetyConfigError(ValueError):
 
 def load_safety_config(path: str | Path | None) -> SafetyConfig:
     """Read the ``safety:`` mapping of a YAML file (``None``: defaults); every problem is listed."""
-    if path is None:
-        return SafetyConfig()
-    try:
-        raw: Any = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise SafetyConfigError(f"{path}: cannot read safety settings: {e}") from None
-    if not isinstance(raw, dict):
-        raise SafetyConfigError(f"{path}: safety settings must be a mapping")
-    raw = raw.get("safety", raw)
-    try:
-        return SafetyConfig(**raw)
-    except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'safety'}: {err['msg']}" for err in e.errors())
-        raise SafetyConfigError(f"{path}: {problems}") from None
+    return load_yaml_model(path, SafetyConfig, "safety", SafetyConfigError)
 
 
 class Outcome(str, enum.Enum):
@@ -183,7 +170,9 @@ def gate(kind: ActionKind, node: str, incident_ts: float, snap: Snapshot, cfg: S
     if snap.breaker_open:
         return Verdict(Outcome.PERSON, "breaker", "the circuit breaker is open")
     last = snap.last_action_at.get(node)
-    if last is not None and snap.now - last < cfg.node_cooldown_s:
+    # a node gpuops already holds may be escalated (a corroborated prediction's reset): that is the same
+    # incident going further, not the flapping the cooldown is for
+    if last is not None and node not in snap.held and snap.now - last < cfg.node_cooldown_s:
         return Verdict(Outcome.PERSON, "cooldown",
                        f"last action on the node {snap.now - last:.0f} s ago (node_cooldown_s {cfg.node_cooldown_s:.0f})")
     holds = snap.recent_holds.get(node, 0)

@@ -73,3 +73,10 @@ def test_an_invalid_safety_file_fails_naming_the_problem(tmp_path, text, message
     f.write_text(text)
     with pytest.raises(SafetyConfigError, match=message):
         load_safety_config(f)
+
+
+def test_the_cooldown_holds_a_new_action_but_not_the_escalation_of_a_node_gpuops_holds():
+    cfg = SafetyConfig(node_cooldown_s=1800)
+    s = snap(last_action_at={"a": 900.0, "b": 900.0}, held={"a"})
+    assert gate(ActionKind.DRAIN_RESET, "a", 1000.0, s, cfg).outcome is Outcome.GO
+    assert gate(ActionKind.DRAIN, "b", 1000.0, s, cfg).blocked_by == "cooldown"
