@@ -145,17 +145,17 @@ class ServiceConfig(BaseSettings):
                                         "in-process bus and the simulated fleet (no external service).")
     replica: str = Field(default_factory=default_replica, description="This replica's name: the lease holder, "
                          "and its own consumer group on gpu.scores (gpuops-view-<replica>).")
-    adapter: AdapterSection = Field(default_factory=AdapterSection)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    safety: SafetyConfig = Field(default_factory=SafetyConfig)
+    adapter: AdapterSection = Field(default_factory=AdapterSection, description="The scheduler adapter.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="Thresholds (docs/engine.md).")
+    safety: SafetyConfig = Field(default_factory=SafetyConfig, description="Limits; armed (docs/engine.md).")
     commands: CommandsSection | None = Field(None, description="GPU resets via the agents; None: off.")
-    auth: AuthSection = Field(default_factory=AuthSection)
+    auth: AuthSection = Field(default_factory=AuthSection, description="API bearer tokens with roles.")
     model_dir: Path | None = Field(None, description="Model bundles directory; None: the shipped model.")
-    scoring: ScoringSection = Field(default_factory=ScoringSection)
-    topics: TopicsSection = Field(default_factory=TopicsSection)
+    scoring: ScoringSection = Field(default_factory=ScoringSection, description="Scoring in this process.")
+    topics: TopicsSection = Field(default_factory=TopicsSection, description="Kafka topic names.")
     pipeline: dict[str, Any] = Field(default_factory=dict, description="PipelineSettings overrides "
                                      "(cadence_s, windows, ...).")
-    scheduler: SchedulerSection = Field(default_factory=SchedulerSection)
+    scheduler: SchedulerSection = Field(default_factory=SchedulerSection, description="Job intervals.")
     lease_ttl_s: float = Field(15.0, ge=1, le=600, description="Engine leader lease, s; renewed every third. A "
                                "standby takes over at most ttl + ttl/3 after the leader dies. Must exceed clock "
                                "skew between replicas plus a store hiccup.")

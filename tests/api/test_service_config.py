@@ -60,3 +60,23 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.Monk
 def test_cli_flags_override_the_file() -> None:
     cfg = load_service_config(EXAMPLE, host="0.0.0.0", port=0)
     assert (cfg.host, cfg.port) == ("0.0.0.0", 0)
+
+
+def test_every_setting_documents_its_meaning() -> None:
+    from pydantic import BaseModel
+
+    from api.config import ServiceConfig
+
+    def undocumented(model: type[BaseModel], prefix: str = "") -> list[str]:
+        out = []
+        for name, f in model.model_fields.items():
+            if not (f.description or "").strip():
+                out.append(prefix + name)
+            ann = f.annotation
+            inner = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+            for sub in inner:
+                if sub.__module__ == "api.config":
+                    out += undocumented(sub, f"{prefix}{name}.")
+        return out
+
+    assert undocumented(ServiceConfig) == []
