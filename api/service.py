@@ -72,8 +72,12 @@ def build_adapter(cfg: ServiceConfig) -> Adapter:
 def default_scorer(service: "Service", bus: Bus, name: str) -> ScoringWorkerLike:
     """api/scoring.py's worker on *bus*, scoring with the service's model bundle."""
     from api.scoring import ScoringWorker
+    from pipeline.worker import StreamTopics
 
-    return ScoringWorker(bus, service.bundle(), service.pipeline_settings, name=name, topics=service.topics)
+    t = service.topics
+    return ScoringWorker(bus, service.bundle(), service.pipeline_settings, service.cfg.policy, worker_id=name,
+                         scores_topic=t.scores, topics=StreamTopics(t.telemetry, t.events, t.deadletter),
+                         clock=service.clock)
 
 
 def default_app(service: "Service") -> Any:
@@ -86,13 +90,16 @@ def default_app(service: "Service") -> Any:
     from api.replay_jobs import ThreadReplayJobs
 
     cfg = service.cfg
-    auth = Auth.from_config(cfg.auth)
+    auth = Auth.from_config([t.model_dump() for t in cfg.auth.tokens])
     if not cfg.auth.tokens:
         service.admin_token = auth.generate_admin()
-    ctx = AppContext(store=service.store, engine=service.engine, nodes=service.nodes,
-                     models=service.models or DirModelRegistry(cfg.model_dir or service.state_dir / "models"),
-                     replays=ThreadReplayJobs(service.state_dir / "replays"), auth=auth, metrics=Metrics(),
+    root = cfg.model_dir or service.state_dir / "models"
+    service.models = DirModelRegistry(root, service.state_dir / "active_model", service.activate_model)
+    service.metrics = Metrics()
+    ctx = AppContext(store=service.store, engine=service.engine, nodes=service.nodes, models=service.models,
+                     replays=ThreadReplayJobs(service.bundle, cfg.policy), auth=auth, metrics=service.metrics,
                      is_leader=service.elector.is_leader, ready=service.ready)
+    service.jobs.models = service.models
     service.context = ctx
     return create_app(ctx)
 
@@ -138,6 +145,7 @@ class Service:
         self.feed = ScoresFeed(self._feed_bus, self.nodes, self.engine, self.elector.is_leader,
                                scores_topic=self.topics.scores, events_topic=self.topics.events)
         self.models: Any = None
+        self.metrics: Any = None
         self.jobs = ServiceJobs(self.store, self.engine, self.nodes, self.feed.last_seen, self.elector.is_leader,
                                 stale_after_s=cfg.stale_after_s, drain_on_silence=cfg.drain_on_silence,
                                 retention_days=cfg.scheduler.retention_days,
@@ -197,12 +205,30 @@ class Service:
                         (self.topics.telemetry, self.topics.events), client_id=name)
 
     def bundle(self) -> Any:
-        """The model bundle the scoring workers use (the configured directory, else the shipped one)."""
+        """The model bundle the scoring workers use: the registry's active one, else the shipped one."""
         if self._bundle is None:
             from models.bundle import ModelBundle, default_model_path
 
-            self._bundle = ModelBundle.load(self.cfg.model_dir or default_model_path())
+            path = default_model_path()
+            active = self.models.active() if self.models is not None and hasattr(self.models, "active") else None
+            if active:
+                path = self.models.path(active)
+            self._bundle = ModelBundle.load(path)
         return self._bundle
+
+    def activate_model(self, path: Path) -> None:
+        """A model was activated (the registry loaded it first): the scoring workers score with it from now."""
+        from models.bundle import ModelBundle
+
+        bundle = ModelBundle.load(path)
+        self._bundle = bundle
+        for w in self.scorers:
+            swap = getattr(w, "use_bundle", None)
+            if swap is not None:
+                swap(bundle)
+            else:
+                log.warning("scoring worker %r cannot swap models at run time; restart to score with %s", w, path)
+        log.warning("model %s active", path)
 
     # ---- leadership -----------------------------------------------------------------------
 
@@ -236,16 +262,34 @@ class Service:
 
     def _scoring_loop(self, worker: ScoringWorkerLike) -> Callable[[threading.Event], None]:
         def run(stop: threading.Event) -> None:
+            dead = 0
             while not stop.is_set():
                 try:
                     worker.run_once()
                 except Exception:  # noqa: BLE001 - log and continue (STYLE.md 9)
                     log.exception("scoring worker failed a batch; continuing")
                     stop.wait(1.0)
+                    continue
+                dead = self._push_metrics(worker, dead)
         return run
+
+    def _push_metrics(self, worker: Any, dead_before: int) -> int:
+        """Pipeline lag and dead letters of *worker* into /metrics (when the API's metrics exist)."""
+        m = self.metrics
+        counters = getattr(worker, "counters", None)
+        stream = getattr(worker, "stream", None) or getattr(worker, "worker", None)
+        dead = int(getattr(stream, "deadlettered", 0) or 0)
+        if m is not None:
+            lag = getattr(counters, "lag_s", None)
+            if lag is not None:
+                m.observe_lag(lag)
+            m.deadlettered(dead - dead_before, "pipeline")
+        return dead
 
     def start(self) -> "Service":
         """Start every part; returns once the API listens (``self.port``)."""
+        if self._app_factory is not None:
+            self.app = self._app_factory(self)       # first: it builds the model registry the scorers read
         self.elector.step()                          # lead at once when nobody else does
         self._spawn("gpuops-leader", self.elector.run)
         self._spawn("gpuops-scores-feed", self.feed.run, [self._feed_bus.close])
@@ -256,12 +300,12 @@ class Service:
                 bus = self._scoring_bus(name)
                 worker = self._scorer_factory(self, bus, name)
                 self.scorers.append(worker)
-                self._spawn(name, self._scoring_loop(worker), [] if bus is self._bus else [bus.close])
+                close = getattr(worker, "close", None) or (None if bus is self._bus else bus.close)
+                self._spawn(name, self._scoring_loop(worker), [close] if close else [])
         if self.fleet is not None:
             self._spawn("gpuops-simulated-fleet", self.fleet.run)
         self.scheduler.start()
-        if self._app_factory is not None:
-            self.app = self._app_factory(self)
+        if self.app is not None:
             self._start_api()
         return self
 

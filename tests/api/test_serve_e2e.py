@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.serve_proc import NODES, Agents, ServeProcess, start_serve
+from tests.api.serve_proc import NODES, Agents, ServeProcess, serve_topics, start_serve  # noqa: F401 (fixture)
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slurm]

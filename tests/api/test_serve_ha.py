@@ -23,7 +23,7 @@ import pytest
 
 from remediation.store import ActionStore
 from tests.api.file_cluster import FileClusterAdapter
-from tests.api.serve_proc import NODES, Agents, ServeProcess, start_serve
+from tests.api.serve_proc import NODES, Agents, ServeProcess, serve_topics, start_serve  # noqa: F401 (fixture)
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
