@@ -31,8 +31,13 @@ def serve(
 
 def run_service(config: Path | None, *, host: str | None = None, port: int | None = None, **service_kw: Any) -> None:
     """Load the config, start the service, print where it is, run until SIGTERM/SIGINT."""
+    import logging
+
     from api.config import ServiceConfigError, load_service_config
     from api.service import Service
+
+    for noisy in ("apscheduler", "alembic", "kafka"):     # every job run, migration step, fetch: not news
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
     try:
         cfg = load_service_config(config, host=host, port=port)
