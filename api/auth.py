@@ -35,7 +35,11 @@ class Role(enum.IntEnum):
     ADMIN = 3
 
     @classmethod
-    def parse(cls, value: str) -> "Role":
+    def parse(cls, value: object) -> "Role":
+        """From its name (``viewer``, ``operator``, ``admin``) or a str enum holding one."""
+        value = getattr(value, "value", value)
+        if isinstance(value, int) and not isinstance(value, bool) and value in cls._value2member_map_:
+            return cls(value)
         try:
             return cls[str(value).upper()]
         except KeyError:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-import orjson
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from collector.recording import RecordingError
