@@ -76,3 +76,13 @@ def api_ctx(tmp_path: Path) -> Iterator[AppContext]:
 def client(api_ctx: AppContext) -> Iterator[TestClient]:
     with TestClient(create_app(api_ctx), raise_server_exceptions=False) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def small_recording(tmp_path_factory) -> Path:
+    """A small simulated recording with incidents (10 nodes, 8 h)."""
+    from collector.simulator import SimConfig, simulate_recording
+
+    out = tmp_path_factory.mktemp("rec") / "small"
+    simulate_recording(SimConfig(nodes=10, hours=8, seed=4, rate_multiplier=1500), out)
+    return out
