@@ -7,9 +7,9 @@ scheduler (node names, GPU indices, non-blank reasons) before any engine call.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from remediation.actions import ActionKind, ActionRecord
 from remediation.adapters.base import PermanentAdapterError, validate_node_name
@@ -32,14 +32,16 @@ class ManualKind(str, enum.Enum):
     REBOOT = "reboot"
 
 
-class ActionCreate(_In):
-    """A person's action on a node. ``dry_run`` defaults to true: nothing reaches the cluster
-    unless the caller says so."""
+#: a host name (remediation.adapters.base.validate_node_name checks the same)
+NODE_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
+#: some character that is not white space
+NOT_BLANK = r"\S"
 
-    kind: ManualKind
-    node: str = Field(..., min_length=1, max_length=253, description="Host name of the node.")
-    reason: str = Field(..., min_length=1, max_length=1000, description="Why (required, recorded in the audit).")
-    gpu: int | None = Field(None, ge=0, le=MAX_GPU, description="GPU index (required for reset).")
+
+class _ActionCreateBase(_In):
+    node: str = Field(..., min_length=1, max_length=253, pattern=NODE_PATTERN, description="Host name of the node.")
+    reason: str = Field(..., min_length=1, max_length=1000, pattern=NOT_BLANK,
+                        description="Why (required, recorded in the audit).")
     dry_run: bool = Field(True, description="True: the dry-run adapter records it; false: the scheduler acts.")
     force: bool = Field(False, description="Override maintenance and, for a resume, the verification window.")
 
@@ -58,11 +60,24 @@ class ActionCreate(_In):
             raise ValueError("a reason is required (not blank): it is recorded with the action")
         return v.strip()
 
-    @model_validator(mode="after")
-    def _reset_names_gpu(self) -> "ActionCreate":
-        if self.kind is ManualKind.RESET and self.gpu is None:
-            raise ValueError("a reset needs the GPU index (gpu)")
-        return self
+
+class NodeActionCreate(_ActionCreateBase):
+    """A person's drain, resume, requeue or reboot of a node. ``dry_run`` defaults to true: nothing
+    reaches the cluster unless the caller says so."""
+
+    kind: Literal["drain", "resume", "requeue", "reboot"]
+    gpu: int | None = Field(None, ge=0, le=MAX_GPU, description="The GPU at fault, if one is.")
+
+
+class GpuResetCreate(_ActionCreateBase):
+    """A person's reset of one GPU (through the node agent). ``dry_run`` defaults to true."""
+
+    kind: Literal["reset"]
+    gpu: int = Field(..., ge=0, le=MAX_GPU, description="Index of the GPU to reset.")
+
+
+#: the body of ``POST /v1/actions``: which fields are required depends on ``kind``
+ActionCreate = Annotated[Union[NodeActionCreate, GpuResetCreate], Field(discriminator="kind")]
 
 
 class Note(_In):
@@ -74,7 +89,7 @@ class Note(_In):
 class RequiredNote(_In):
     """A note that must say why (closing the breaker)."""
 
-    note: str = Field(..., min_length=1, max_length=1000)
+    note: str = Field(..., min_length=1, max_length=1000, pattern=NOT_BLANK)
 
     @field_validator("note")
     @classmethod

@@ -4,7 +4,8 @@ from api.errors import body as _body
 from api.schemas import ErrorBody
 
 #: the error answers every route may give, in the OpenAPI (one shape: api/errors.py)
-AUTH_ERRORS = {401: {"model": ErrorBody, "description": "No or unknown token"},
+AUTH_ERRORS = {400: {"model": ErrorBody, "description": "The body cannot be parsed (not JSON, not UTF-8)"},
+               401: {"model": ErrorBody, "description": "No or unknown token"},
                403: {"model": ErrorBody, "description": "The token's role is too low"},
                422: {"model": ErrorBody, "description": "Invalid input"}}
 NOT_FOUND = {404: {"model": ErrorBody, "description": "No such resource"}}

@@ -58,7 +58,7 @@ def get_action(ctx: Ctx, _: Viewer, action_id: ActionId) -> ActionDetail:
 def create_action(ctx: Ctx, who: Operator, body: ActionCreate, response: Response) -> ActionPublic:
     """A person's drain, resume, requeue, reset or reboot. A reason is required and ``dry_run``
     defaults to true. Answers 202 with the record; poll ``Location`` for its state."""
-    rec = _engine_call(lambda: ctx.engine.request(ActionKind(body.kind.value), body.node, body.reason, who.actor,
+    rec = _engine_call(lambda: ctx.engine.request(ActionKind(body.kind), body.node, body.reason, who.actor,
                                                   gpu=body.gpu, dry_run=body.dry_run, force=body.force))
     response.headers["Location"] = f"/v1/actions/{rec.id}"
     return ActionPublic.of(rec)
