@@ -81,6 +81,8 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(TransientAdapterError, handler(503, "the scheduler is unavailable, retry later: "))
     app.add_exception_handler(ModelError, handler(422))
     app.add_exception_handler(RecordingError, handler(422))
+    # input a route passed on that the domain refused (a more specific handler above wins)
+    app.add_exception_handler(ValueError, handler(422))
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, e: Exception) -> Response:

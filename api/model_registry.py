@@ -118,7 +118,7 @@ class DirModelRegistry:
         for r in recordings:
             try:
                 rec = open_recording(r)
-            except (RecordingError, OSError) as e:
+            except (RecordingError, OSError, ValueError) as e:
                 raise RecordingError(f"{r}: not a readable recording ({e})") from None
             if rec.incidents() is None:
                 raise RecordingError(f"{r}: has no incidents.jsonl (ground truth): training needs it")

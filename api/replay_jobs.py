@@ -41,19 +41,19 @@ class ThreadReplayJobs:
         self._lock = threading.Lock()
 
     def _check(self, recording: str) -> Path:
-        p = Path(recording).expanduser()
+        p = Path(recording)
         try:
             resolved = p.resolve()
-        except (OSError, RuntimeError) as e:
+        except (OSError, RuntimeError, ValueError) as e:
             raise RecordingError(f"{recording}: cannot resolve the path ({e})") from None
         if self.roots is not None and not any(resolved.is_relative_to(r) for r in self.roots):
             raise RecordingError(f"{recording}: outside the recording roots this service replays from "
                                  f"({', '.join(map(str, self.roots))})")
-        if not resolved.is_dir():
+        if not resolved.is_dir():   # (~ is not expanded: the path is the server's, as given)
             raise RecordingError(f"{recording}: no such recording directory on the server")
         try:
             open_recording(resolved)
-        except (RecordingError, OSError) as e:
+        except (RecordingError, OSError, ValueError) as e:
             raise RecordingError(f"{recording}: not a recording directory ({e})") from None
         return resolved
 

@@ -32,16 +32,18 @@ class ManualKind(str, enum.Enum):
     REBOOT = "reboot"
 
 
-#: a host name (remediation.adapters.base.validate_node_name checks the same)
+#: a host name, in the OpenAPI document; the validators below check the same with clearer messages
+#: (remediation.adapters.base.validate_node_name)
 NODE_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
 #: some character that is not white space
 NOT_BLANK = r"\S"
 
 
 class _ActionCreateBase(_In):
-    node: str = Field(..., min_length=1, max_length=253, pattern=NODE_PATTERN, description="Host name of the node.")
-    reason: str = Field(..., min_length=1, max_length=1000, pattern=NOT_BLANK,
-                        description="Why (required, recorded in the audit).")
+    node: str = Field(..., min_length=1, max_length=253, description="Host name of the node.",
+                      json_schema_extra={"pattern": NODE_PATTERN})
+    reason: str = Field(..., min_length=1, max_length=1000, description="Why (required, recorded in the audit).",
+                        json_schema_extra={"pattern": NOT_BLANK})
     dry_run: bool = Field(True, description="True: the dry-run adapter records it; false: the scheduler acts.")
     force: bool = Field(False, description="Override maintenance and, for a resume, the verification window.")
 
@@ -89,7 +91,7 @@ class Note(_In):
 class RequiredNote(_In):
     """A note that must say why (closing the breaker)."""
 
-    note: str = Field(..., min_length=1, max_length=1000, pattern=NOT_BLANK)
+    note: str = Field(..., min_length=1, max_length=1000, json_schema_extra={"pattern": NOT_BLANK})
 
     @field_validator("note")
     @classmethod

@@ -8,6 +8,7 @@ the server's message on stderr; ``--json`` prints the server's answer as is, for
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from contextlib import contextmanager
@@ -32,6 +33,8 @@ def api(url: str, token: Optional[str]) -> Iterator[Any]:
 
     from api.client import ApiError, GpuopsClient
 
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("httpx").setLevel(logging.WARNING)     # one INFO line per request otherwise
     client = GpuopsClient(url, token)
     try:
         yield client
@@ -64,7 +67,7 @@ def action_table(actions: list[dict[str, Any]], title: str = "actions") -> Any:
 
     t = Table(title=title, title_justify="left")
     for col in ("id", "node", "kind", "state", "gpu", "dry run", "actor", "created (UTC)", "reason"):
-        t.add_column(col, overflow="fold")
+        t.add_column(col, no_wrap=col in ("id", "node"), overflow="fold")
     for a in actions:
         t.add_row(a["id"], a["node"], a["kind"], _state(a["state"]), "" if a.get("gpu") is None else str(a["gpu"]),
                   "yes" if a.get("dry_run") else "NO", a["actor"], when(a.get("created_at")),

@@ -86,3 +86,27 @@ def small_recording(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("rec") / "small"
     simulate_recording(SimConfig(nodes=10, hours=8, seed=4, rate_multiplier=1500), out)
     return out
+
+
+@pytest.fixture
+def live_api(api_ctx: AppContext) -> Iterator[str]:
+    """The API served by a real uvicorn on 127.0.0.1 (a free port) in a thread; yields its URL."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from tests.helpers import wait_until
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(api_ctx), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn-test", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout_s=20, message="uvicorn started")
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
