@@ -7,7 +7,7 @@ token's role is too low, before its body runs.
 
 from __future__ import annotations
 
-from typing import Annotated, Callable
+from typing import Annotated, Awaitable, Callable
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,7 +20,8 @@ _bearer = HTTPBearer(auto_error=False, description="A token from the service con
                      "`gpuops serve` prints at start-up.")
 
 
-def get_ctx(request: Request) -> AppContext:
+async def get_ctx(request: Request) -> AppContext:
+    # async: CPU only, so FastAPI runs it inline instead of in its thread pool
     return request.app.state.ctx
 
 
@@ -28,10 +29,10 @@ Ctx = Annotated[AppContext, Depends(get_ctx)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def caller(need: Role) -> Callable[..., Principal]:
+def caller(need: Role) -> Callable[..., Awaitable[Principal]]:
     """A dependency: the caller, who must hold at least role *need*."""
 
-    def _caller(ctx: Ctx, cred: Credentials) -> Principal:
+    async def _caller(ctx: Ctx, cred: Credentials) -> Principal:   # CPU only (a hash): inline, no thread hop
         who = ctx.auth.authenticate(cred.credentials if cred is not None else None)
         if who is None:
             raise ApiError(401, "a valid bearer token is required (Authorization: Bearer <token>)",

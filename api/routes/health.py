@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Response
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Role
 from api.deps import Credentials, Ctx, caller
@@ -37,9 +38,10 @@ _need_viewer = caller(Role.VIEWER)
     200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
     401: {"model": ErrorBody, "description": "No or unknown token (unless metrics_public)"},
     403: {"model": ErrorBody, "description": "Role too low"}})
-def metrics(ctx: Ctx, cred: Credentials) -> Response:
+async def metrics(ctx: Ctx, cred: Credentials) -> Response:
     """Prometheus metrics. Needs a viewer token unless the service sets ``metrics_public``
     (Prometheus sends one with ``authorization: {credentials_file: ...}`` in its scrape config)."""
     if not ctx.metrics_public:
-        _need_viewer(ctx, cred)
-    return Response(ctx.metrics.render(), media_type=CONTENT_TYPE)
+        await _need_viewer(ctx, cred)
+    # rendering reads the engine's switches from the store: off the event loop
+    return Response(await run_in_threadpool(ctx.metrics.render), media_type=CONTENT_TYPE)

@@ -20,12 +20,13 @@ _STATES = "^(ok|at_risk|held|unknown)$"
 
 
 @router.get("", response_class=Response, responses={200: {"model": NodeList}})
-def list_nodes(ctx: Ctx, _: Viewer,
+async def list_nodes(ctx: Ctx, _: Viewer,
                state: Annotated[str | None, Query(pattern=_STATES, description="Only nodes in this state.")] = None,
                min_risk: Annotated[float | None, Query(ge=0, le=1, description="Only nodes at or above this risk.")] = None,
                ) -> Response:
     """Every node with its state, risk and top fault. Unfiltered, the body is the one prepared at the
     last scoring tick (no encoding per request)."""
+    # async: it reads the fleet view's current snapshot (no I/O, no lock), so it runs inline
     if state is None and min_risk is None:
         return Response(ctx.nodes.list_body(), media_type="application/json")
     rows = [r for r in ctx.nodes.nodes()

@@ -34,11 +34,10 @@ def headers(role: str | None) -> dict[str, str]:
     return {} if role is None else {"Authorization": f"Bearer {TOKENS[role]}"}
 
 
-def test_auth() -> Auth:
+def make_auth() -> Auth:
     return Auth([TokenEntry(role, Role.parse(role), token_hash(t)) for role, t in TOKENS.items()])
 
 
-test_auth.__test__ = False  # type: ignore[attr-defined]   (a helper, not a test)
 
 
 @pytest.fixture
@@ -64,7 +63,7 @@ def api_ctx(tmp_path: Path) -> Iterator[AppContext]:
     registry = DirModelRegistry(root, root / "ACTIVE", activated.append, default="default")
     replays = ThreadReplayJobs(ModelBundle.rules_only, POLICY)
     ctx = AppContext(store=store, engine=engine, nodes=nodes, models=registry, replays=replays,
-                     auth=test_auth(), metrics=Metrics(), version="test")
+                     auth=make_auth(), metrics=Metrics(), version="test")
     ctx.activated = activated                  # type: ignore[attr-defined]   (what on_activate saw)
     ctx.clock = clock                          # type: ignore[attr-defined]
     yield ctx
