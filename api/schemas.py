@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from remediation.actions import ActionKind, ActionRecord
+from remediation.actions import ActionRecord
 from remediation.adapters.base import PermanentAdapterError, validate_node_name
 
 #: the largest GPU index accepted (8-16 GPUs a node today; leaves room)

@@ -1,6 +1,5 @@
 """One router per resource: nodes, actions, engine, models, replays, health."""
 
-from api.errors import body as _body
 from api.schemas import ErrorBody
 
 #: the error answers every route may give, in the OpenAPI (one shape: api/errors.py)
@@ -12,4 +11,4 @@ NOT_FOUND = {404: {"model": ErrorBody, "description": "No such resource"}}
 CONFLICT = {409: {"model": ErrorBody, "description": "The record's state does not allow it"}}
 UNAVAILABLE = {503: {"model": ErrorBody, "description": "The store or scheduler is unavailable; retry"}}
 
-__all__ = ["AUTH_ERRORS", "NOT_FOUND", "CONFLICT", "UNAVAILABLE", "_body"]
+__all__ = ["AUTH_ERRORS", "NOT_FOUND", "CONFLICT", "UNAVAILABLE"]
