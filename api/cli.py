@@ -14,7 +14,7 @@ import typer
 
 #: Command modules, in help order. A module absent from this checkout is skipped (not built yet);
 #: any other import error inside a command module is raised.
-COMMAND_MODULES = ("serve", "demo", "simulate", "replay", "train", "agent")
+COMMAND_MODULES = ("serve", "demo", "simulate", "replay", "train", "agent", "nodes", "actions", "engine")
 
 
 def build_cli() -> typer.Typer:

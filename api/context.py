@@ -27,6 +27,8 @@ class ModelRegistry(Protocol):
 
     def train(self, params: dict[str, Any], actor: str) -> dict[str, Any]: ...
 
+    def job(self, job_id: str) -> dict[str, Any] | None: ...
+
 
 class ReplayJobs(Protocol):
     """Replays run in the background (``/v1/replays``)."""
@@ -59,3 +61,5 @@ class AppContext:
     ready: Callable[[], tuple[bool, str]] = lambda: (True, "ok")
     started_at: float = field(default_factory=time.time)
     version: str = ""
+    #: /metrics without a token (a Prometheus on a trusted network); False: a viewer token is needed
+    metrics_public: bool = False

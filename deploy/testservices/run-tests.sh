@@ -11,7 +11,8 @@
 # slurm-client munge (slurm_up.sh), a JRE and Maven (kafka_up.sh), postgresql
 # (postgres_up.sh); kube-apiserver and etcd, built once with `go` from the Go module proxy
 # (k8s_build.sh, ~3.5 min cold) into ${GPUOPS_CACHE}/k8s/<version>; the project with
-# `pip install -e '.[test,report]'`; the Kafka jars into ${GPUOPS_CACHE:-~/.cache/gpuops}.
+# `pip install -e '.[test,report]'`; promtool (Debian's prometheus package, for the /metrics
+# check); the Kafka jars into ${GPUOPS_CACHE:-~/.cache/gpuops}.
 #
 # Environment:
 #   PYTHON                 interpreter to use (default: python, else python3)
@@ -63,10 +64,18 @@ trap 'exit 143' TERM
 # ---- 1. python packages -----------------------------------------------------------------
 # installed, with its test extras, and from *this* checkout (the `gpuops` command that tests run
 # in subprocesses must be this tree's code, not another clone's editable install)
-installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4, sqlalchemy, alembic, psycopg, kubernetes, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
+installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4, sqlalchemy, alembic, psycopg, kubernetes, prometheus_client, schemathesis, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
 if [[ "$installed_from" != "$(pwd -P)" ]]; then
   log "installing gpuops with pip (editable, [test,report]) from $(pwd -P)"
   "$PYTHON" -m pip install -q -e '.[test,report]'
+fi
+
+# promtool checks the API's /metrics text (tests/api/test_metrics.py); Debian ships it in `prometheus`
+if ! command -v promtool >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+  log "installing promtool (apt: prometheus)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null ||
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 fi
 
 # ---- 2. services ---------------------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""``gpuops engine [status|arm|disarm|pause|resume|breaker-reset]``: the remediation engine's switches."""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional
+
+import typer
+
+from api.commands.remote import JsonOpt, TokenOpt, UrlOpt
+
+
+class Verb(str, enum.Enum):
+    status = "status"
+    arm = "arm"
+    disarm = "disarm"
+    pause = "pause"
+    resume = "resume"
+    breaker_reset = "breaker-reset"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("engine")(engine)
+
+
+def engine(verb: Verb = typer.Argument(Verb.status, help="What to do (arm, disarm, breaker-reset: admin)."),
+           note: str = typer.Option("", "--note", "-n", help="Why (required for breaker-reset)."),
+           url: str = UrlOpt, token: Optional[str] = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Show the engine (armed, paused, breaker, held nodes) or change its switches."""
+    from rich.markup import escape
+
+    from api.commands.remote import api, console, print_json
+
+    with api(url, token) as c:
+        if verb is Verb.breaker_reset:
+            if not note.strip():
+                console().print("[red]error:[/red] breaker-reset needs --note saying why it is safe")
+                raise typer.Exit(2)
+            c.reset_breaker(note)
+            st = c.engine()
+        elif verb is Verb.status:
+            st = c.engine()
+        else:
+            st = c.engine_do(verb.value, note)
+    if as_json:
+        print_json(st)
+        return
+    br = st.get("breaker") or {}
+    out = console()
+    out.print(f"automation: {'[red bold]ARMED[/red bold]' if st['armed'] else '[green]disarmed (dry run)[/green]'}"
+              f"{'  [yellow]PAUSED[/yellow]' if st['paused'] else ''}  adapter {escape(st['adapter'])}  "
+              f"{'leader' if st.get('leader') else 'standby'}")
+    out.print("breaker: " + (f"[red]OPEN[/red] ({escape(str(br.get('why', '')))})" if br.get("open") else "closed"))
+    out.print(f"held nodes ({len(st['held'])}): {escape(', '.join(st['held'])) or '-'}")
+    if st.get("counts"):
+        out.print("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(st["counts"].items())))

@@ -1,0 +1,65 @@
+"""``gpuops nodes`` and ``gpuops node NAME``: the fleet and one node, from the API."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from api.commands.remote import JsonOpt, TokenOpt, UrlOpt
+
+
+def register(app: typer.Typer) -> None:
+    app.command("nodes")(nodes)
+    app.command("node")(node)
+
+
+def nodes(state: Optional[str] = typer.Option(None, "--state", help="Only ok, at_risk, held or unknown."),
+          min_risk: Optional[float] = typer.Option(None, "--min-risk", min=0.0, max=1.0, help="Only at or above."),
+          url: str = UrlOpt, token: Optional[str] = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """The fleet: every node's state, risk and top fault, riskiest first."""
+    from rich.table import Table
+
+    from api.commands.remote import api, console, print_json, state_markup, when
+
+    with api(url, token) as c:
+        body = c.nodes(state=state, min_risk=min_risk)
+    if as_json:
+        print_json(body)
+        return
+    rows = sorted(body["nodes"], key=lambda r: (-r["risk"], r["node"]))
+    t = Table(title=f"{body['count']} nodes (scores at {when(body.get('ts'))} UTC)", title_justify="left")
+    for col in ("node", "state", "risk", "fault", "gpu", "anomaly", "rule"):
+        t.add_column(col, justify="right" if col in ("risk", "anomaly", "gpu") else "left")
+    for r in rows:
+        t.add_row(r["node"], state_markup(r["state"]), f"{r['risk']:.3f}", r.get("fault") or "", str(r["gpu"]),
+                  f"{r['anomaly']:.3f}", "" if r.get("rule") is None else str(r["rule"]))
+    console().print(t)
+
+
+def node(name: str = typer.Argument(..., help="Node name."),
+         url: str = UrlOpt, token: Optional[str] = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """One node: its score, the reasons and features behind it, history, events and actions."""
+    from rich.markup import escape
+
+    from api.commands.remote import action_table, api, console, print_json, state_markup, when
+
+    with api(url, token) as c:
+        n = c.node(name)
+    if as_json:
+        print_json(n)
+        return
+    out = console()
+    out.print(f"[bold]{escape(n['node'])}[/bold]  {state_markup(n['state'])}  risk {n['risk']:.3f}  "
+              f"fault {n.get('fault') or '-'} (GPU {n['gpu']})  anomaly {n['anomaly']:.3f}  at {when(n['ts'])} UTC")
+    for k, v in (n.get("reasons") or {}).items():
+        out.print(f"  because ({escape(str(k))}): {escape(str(v))}")
+    for k, v in (n.get("detail") or {}).items():
+        out.print(f"  {escape(str(k))} = {escape(str(v))}")
+    hist = n.get("history") or []
+    if hist:
+        out.print("  risk history: " + " ".join(f"{h['risk']:.2f}" for h in hist[-20:]))
+    for e in (n.get("events") or [])[-10:]:
+        out.print("  event: " + escape(", ".join(f"{k}={v}" for k, v in e.items() if k != "node")))
+    if n.get("actions"):
+        out.print(action_table(n["actions"], title="recent actions"))

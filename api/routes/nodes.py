@@ -1,0 +1,47 @@
+"""``/v1/nodes``: the fleet (state, risk, top fault) and one node in detail."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Path, Query, Response
+
+from api.deps import Ctx, Viewer
+from api.errors import ApiError
+from api.routes import AUTH_ERRORS, NOT_FOUND
+from api.schemas import ActionPublic, NodeDetail, NodeList
+
+router = APIRouter(prefix="/v1/nodes", tags=["nodes"], responses=AUTH_ERRORS)
+
+#: actions shown on a node's page
+NODE_ACTIONS = 20
+_STATES = "^(ok|at_risk|held|unknown)$"
+
+
+@router.get("", response_class=Response, responses={200: {"model": NodeList}})
+async def list_nodes(ctx: Ctx, _: Viewer,
+               state: Annotated[str | None, Query(pattern=_STATES, description="Only nodes in this state.")] = None,
+               min_risk: Annotated[float | None, Query(ge=0, le=1, description="Only nodes at or above this risk.")] = None,
+               ) -> Response:
+    """Every node with its state, risk and top fault. Unfiltered, the body is the one prepared at the
+    last scoring tick (no encoding per request)."""
+    # async: it reads the fleet view's current snapshot (no I/O, no lock), so it runs inline
+    if state is None and min_risk is None:
+        return Response(ctx.nodes.list_body(), media_type="application/json")
+    rows = [r for r in ctx.nodes.nodes()
+            if (state is None or r["state"] == state) and (min_risk is None or r["risk"] >= min_risk)]
+    rows.sort(key=lambda r: r["node"])
+    keep = ("node", "state", "risk", "fault", "gpu", "anomaly", "rule", "ts")
+    return Response(orjson.dumps({"nodes": [{k: r[k] for k in keep} for r in rows], "count": len(rows),
+                                  "ts": ctx.nodes.ts}), media_type="application/json")
+
+
+@router.get("/{name}", response_model=NodeDetail, responses=NOT_FOUND)
+def get_node(ctx: Ctx, _: Viewer, name: Annotated[str, Path(max_length=253)]) -> NodeDetail:
+    """One node: GPU detail, score history, the features behind the score, recent events and actions."""
+    row = ctx.nodes.get(name)
+    if row is None:
+        raise ApiError(404, f"no node named {name!r} has reported (GET /v1/nodes lists them)")
+    actions = [ActionPublic.of(r) for r in ctx.store.query(node=name, limit=NODE_ACTIONS)]
+    return NodeDetail.model_validate({**row, "actions": actions})

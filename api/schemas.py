@@ -1,0 +1,275 @@
+"""Request and response bodies of the API, kept apart (``ActionCreate`` in, ``ActionPublic`` out).
+
+Requests refuse what they do not know (``extra="forbid"``) and validate what reaches a
+scheduler (node names, GPU indices, non-blank reasons) before any engine call.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from remediation.actions import ActionRecord
+from remediation.adapters.base import PermanentAdapterError, validate_node_name
+
+#: the largest GPU index accepted (8-16 GPUs a node today; leaves room)
+MAX_GPU = 255
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ManualKind(str, enum.Enum):
+    """What a person may ask for through the API."""
+
+    DRAIN = "drain"
+    RESUME = "resume"
+    REQUEUE = "requeue"
+    RESET = "reset"
+    REBOOT = "reboot"
+
+
+#: a host name, in the OpenAPI document; the validators below check the same with clearer messages
+#: (remediation.adapters.base.validate_node_name)
+NODE_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
+#: some character that is not white space
+NOT_BLANK = r"\S"
+
+
+class _ActionCreateBase(_In):
+    node: str = Field(..., min_length=1, max_length=253, description="Host name of the node.",
+                      json_schema_extra={"pattern": NODE_PATTERN})
+    reason: str = Field(..., min_length=1, max_length=1000, description="Why (required, recorded in the audit).",
+                        json_schema_extra={"pattern": NOT_BLANK})
+    dry_run: bool = Field(True, description="True: the dry-run adapter records it; false: the scheduler acts.")
+    force: bool = Field(False, description="Override maintenance and, for a resume, the verification window.")
+
+    @field_validator("node")
+    @classmethod
+    def _node(cls, v: str) -> str:
+        try:
+            return validate_node_name(v)
+        except PermanentAdapterError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a reason is required (not blank): it is recorded with the action")
+        return v.strip()
+
+
+class NodeActionCreate(_ActionCreateBase):
+    """A person's drain, resume, requeue or reboot of a node. ``dry_run`` defaults to true: nothing
+    reaches the cluster unless the caller says so."""
+
+    kind: Literal["drain", "resume", "requeue", "reboot"]
+    gpu: int | None = Field(None, ge=0, le=MAX_GPU, description="The GPU at fault, if one is.")
+
+
+class GpuResetCreate(_ActionCreateBase):
+    """A person's reset of one GPU (through the node agent). ``dry_run`` defaults to true."""
+
+    kind: Literal["reset"]
+    gpu: int = Field(..., ge=0, le=MAX_GPU, description="Index of the GPU to reset.")
+
+
+#: the body of ``POST /v1/actions``: which fields are required depends on ``kind``
+ActionCreate = Annotated[Union[NodeActionCreate, GpuResetCreate], Field(discriminator="kind")]
+
+
+class Note(_In):
+    """An optional note recorded with a decision (approve, reject, cancel, arm, ...)."""
+
+    note: str = Field("", max_length=1000)
+
+
+class RequiredNote(_In):
+    """A note that must say why (closing the breaker)."""
+
+    note: str = Field(..., min_length=1, max_length=1000, json_schema_extra={"pattern": NOT_BLANK})
+
+    @field_validator("note")
+    @classmethod
+    def _blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a note saying why it is safe is required")
+        return v
+
+
+class ReplayCreate(_In):
+    """A replay of a recording directory on the server."""
+
+    recording: str = Field(..., min_length=1, max_length=4096, description="Path of a recording directory.")
+
+
+class TrainCreate(_In):
+    """Train a new model bundle from recordings with incidents on the server."""
+
+    recordings: list[str] = Field(..., min_length=1, max_length=64)
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+                             description="Directory name under the model root (default: trained-<time>).")
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    val_fraction: float = Field(0.3, ge=0.05, le=0.9)
+
+
+# ---- answers ------------------------------------------------------------------------------
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    detail: Any = None
+
+
+class ErrorBody(BaseModel):
+    """Every error: what is wrong, and what to do."""
+
+    error: ErrorDetail
+
+
+class ActionPublic(BaseModel):
+    """An action record as the API shows it."""
+
+    id: str
+    node: str
+    kind: str
+    state: str
+    reason: str
+    actor: str
+    incident_ts: float
+    created_at: float
+    updated_at: float
+    gpu: int | None = None
+    fault: str | None = None
+    grade: str | None = None
+    source: str | None = None
+    score: float | None = None
+    evidence: dict[str, Any] = {}
+    dry_run: bool
+    adapter: str
+    attempts: int
+    error: str | None = None
+    result: dict[str, Any] = {}
+    blocked_by: str | None = None
+
+    @classmethod
+    def of(cls, rec: ActionRecord) -> "ActionPublic":
+        return cls.model_validate(rec.to_dict())
+
+
+class AuditEvent(BaseModel):
+    at: float
+    from_state: str | None
+    to_state: str
+    actor: str
+    note: str
+
+
+class ActionDetail(ActionPublic):
+    history: list[AuditEvent]
+
+
+class ActionList(BaseModel):
+    actions: list[ActionPublic]
+    count: int
+    limit: int
+    offset: int
+
+
+class NodeRow(BaseModel):
+    """One node in the fleet list."""
+
+    node: str
+    state: str = Field(description="ok, at_risk, held or unknown")
+    risk: float
+    fault: str | None
+    gpu: int
+    anomaly: float
+    rule: int | None
+    ts: float
+
+
+class NodeList(BaseModel):
+    nodes: list[NodeRow]
+    count: int
+    ts: float | None
+
+
+class HistoryPoint(BaseModel):
+    ts: float
+    risk: float
+    anomaly: float
+
+
+class NodeDetail(NodeRow):
+    """One node: its latest score with the reasons and features behind it, history, events, actions."""
+
+    reasons: dict[str, Any]
+    detail: dict[str, Any]
+    history: list[HistoryPoint]
+    events: list[dict[str, Any]]
+    actions: list[ActionPublic]
+
+
+class EngineStatus(BaseModel):
+    armed: bool
+    paused: bool
+    breaker: dict[str, Any]
+    adapter: str
+    held: list[str]
+    counts: dict[str, int]
+    safety: dict[str, Any]
+    leader: bool
+    acting: bool
+
+
+class Breaker(BaseModel):
+    open: bool
+    state: dict[str, Any]
+    history: list[dict[str, Any]]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    path: str
+    active: bool
+    created: str | None = None
+    detectors: list[str] = []
+    metadata: dict[str, Any] = {}
+    error: str | None = None
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+    active: str | None
+
+
+class Job(BaseModel):
+    """A background job (replay, training)."""
+
+    id: str
+    kind: str
+    state: str = Field(description="queued, running, succeeded or failed")
+    progress: float = Field(ge=0, le=1)
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    actor: str
+    params: dict[str, Any] = {}
+    error: str | None = None
+    result: dict[str, Any] = {}
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+
+
+class Health(BaseModel):
+    status: str
+    detail: str = ""
+    uptime_s: float = 0.0
+    version: str = ""

@@ -1,0 +1,103 @@
+"""The people's commands against the real API (uvicorn on 127.0.0.1): readable tables, ``--json`` for
+scripts, URL and token from the environment, the server's message and exit 2 on refusal, and the
+token never printed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from api.cli import build_cli
+from tests.api.conftest import TOKENS
+
+
+@pytest.fixture
+def gpuops(live_api):
+    runner = CliRunner()
+    app = build_cli()
+
+    def run(*args: str, role: str | None = "operator", env: dict | None = None):
+        base = {"GPUOPS_URL": live_api, "COLUMNS": "200"}
+        if role is not None:
+            base["GPUOPS_TOKEN"] = TOKENS[role]
+        return runner.invoke(app, list(args), env={**base, **(env or {})})
+
+    return run
+
+
+def test_nodes_prints_the_fleet_riskiest_first_and_json_for_scripts(gpuops):
+    r = gpuops("nodes", role="viewer")
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.output.splitlines() if " n0000" in ln]
+    assert "n00002" in lines[0] and "at_risk" in lines[0]
+    body = json.loads(gpuops("nodes", "--json", "--state", "held", role="viewer").stdout)
+    assert [n["node"] for n in body["nodes"]] == ["n00001"]
+
+
+def test_node_shows_why_and_its_actions(gpuops):
+    r = gpuops("node", "n00001", role="viewer")
+    assert r.exit_code == 0, r.output
+    assert "XID 79 fell off the bus" in r.output and "drain" in r.output and "held" in r.output
+
+
+def test_drain_is_a_dry_run_recorded_as_the_caller_and_listed_afterwards(gpuops, api_ctx):
+    r = gpuops("drain", "n00003", "--reason", "ECC storm", "--json")
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.stdout)
+    assert (rec["kind"], rec["dry_run"], rec["actor"]) == ("drain", True, "operator:operator")
+    listed = gpuops("actions", "--node", "n00003", role="viewer")
+    assert rec["id"] in listed.output and "ECC storm" in listed.output
+    one = gpuops("actions", "--id", rec["id"], role="viewer")
+    assert "operator:operator" in one.output and "-> executing" in one.output
+
+
+def test_reset_needs_a_gpu_and_requeue_and_resume_go_through(gpuops):
+    assert gpuops("reset", "n00003", "--reason", "stuck").exit_code == 2      # typer: --gpu missing
+    r = gpuops("reset", "n00003", "--gpu", "2", "--reason", "stuck", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["gpu"] == 2
+    assert gpuops("requeue", "n00004", "--reason", "hung").exit_code == 0
+
+
+def test_a_refused_request_exits_2_with_the_server_s_message_and_never_the_token(gpuops):
+    r = gpuops("drain", "n00003", "--reason", "x", role="viewer")
+    assert r.exit_code == 2 and "role viewer" in r.output and "HTTP 403" in r.output
+    r = gpuops("drain", "bad;node", "--reason", "x")
+    assert r.exit_code == 2 and "invalid node name" in r.output
+    r = gpuops("approve", "feedbeef")
+    assert r.exit_code == 2 and "no action" in r.output
+    r = gpuops("nodes", role=None, env={"GPUOPS_TOKEN": "wrong-secret-token"})
+    assert r.exit_code == 2 and "bearer token" in r.output and "wrong-secret-token" not in r.output
+
+
+def test_an_unreachable_server_is_a_clear_error(gpuops):
+    r = gpuops("nodes", env={"GPUOPS_URL": "http://127.0.0.1:9"})
+    assert r.exit_code == 2 and "cannot reach the gpuops API" in r.output
+
+
+def test_engine_status_arm_pause_and_breaker_reset_by_role(gpuops, api_ctx):
+    r = gpuops("engine", role="viewer")
+    assert r.exit_code == 0 and "disarmed" in r.output and "n00001" in r.output
+    assert gpuops("engine", "arm").exit_code == 2                              # operator: admin only
+    assert "ARMED" in gpuops("engine", "arm", "--note", "go", role="admin").output
+    assert "PAUSED" in gpuops("engine", "pause").output
+    assert json.loads(gpuops("engine", "resume", "--json").stdout)["paused"] is False
+    api_ctx.engine._open_breaker(20, 10)
+    assert "OPEN" in gpuops("engine", role="viewer").output
+    assert gpuops("engine", "breaker-reset", role="admin").exit_code == 2       # no note
+    r = gpuops("engine", "breaker-reset", "--note", "collector fixed", role="admin")
+    assert r.exit_code == 0 and "breaker: closed" in r.output
+
+
+def test_approve_reject_and_cancel_act_on_proposals(gpuops, api_ctx):
+    from tests.api.conftest import FLEET
+    from tests.remediation.test_engine import explain, fleet
+
+    api_ctx.engine.pause("operator:test")
+    api_ctx.clock.t += 60
+    recs = {r.node: r for r in api_ctx.engine.tick(fleet(FLEET, api_ctx.clock.t, rule_nodes=[3, 4, 5]), explain)}
+    assert gpuops("approve", recs["n00003"].id, "--note", "ok").exit_code == 0
+    assert json.loads(gpuops("reject", recs["n00004"].id, "--json").stdout)["state"] == "rejected"
+    assert "cancelled" in gpuops("cancel", recs["n00005"].id).output
+    assert gpuops("cancel", recs["n00005"].id).exit_code == 2                   # already cancelled: 409
