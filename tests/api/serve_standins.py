@@ -69,6 +69,18 @@ def standin_app(service: Any) -> Any:
     return app
 
 
+def missing_parts() -> dict[str, Any]:
+    """Service keyword arguments putting a stand-in where the real part has not landed."""
+    import importlib.util
+
+    out: dict[str, Any] = {}
+    if importlib.util.find_spec("api.scoring") is None:
+        out["scorer_factory"] = standin_scorer
+    if importlib.util.find_spec("api.app") is None:
+        out["app_factory"] = standin_app
+    return out
+
+
 def main(argv: list[str]) -> None:
     """``serve --config FILE`` with the stand-ins where the real parts are missing, and with
     ``GPUOPS_TEST_CLUSTER_FILE`` set, the file-backed cluster (tests/api/file_cluster.py) as adapter."""
@@ -78,13 +90,11 @@ def main(argv: list[str]) -> None:
     from pathlib import Path
 
     from api.commands.serve import run_service
-    from tests.api.serve_proc import real_parts
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", type=Path)
     args = ap.parse_args(argv)
-    kw: dict[str, Any] = {} if real_parts() else {"scorer_factory": standin_scorer, "app_factory": standin_app}
+    kw = missing_parts()
     if os.environ.get("GPUOPS_TEST_CLUSTER_FILE"):
         from tests.api.file_cluster import FileClusterAdapter
 

@@ -16,13 +16,9 @@ from api.config import load_service_config
 from api.service import Service
 from tests.helpers import wait_until
 
-try:  # the real parts once they land; the stand-ins until then
-    import api.app  # noqa: F401
-    import api.scoring  # noqa: F401
-    PARTS: dict = {}
-except ModuleNotFoundError:
-    from tests.api.serve_standins import standin_app, standin_scorer
-    PARTS = {"scorer_factory": standin_scorer, "app_factory": standin_app}
+from tests.api.serve_standins import missing_parts
+
+PARTS = missing_parts()          # the real parts where they have landed, stand-ins until then
 
 
 @pytest.fixture
