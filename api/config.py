@@ -112,11 +112,11 @@ class SchedulerSection(_Section):
     retention_days: float = Field(30.0, gt=0, description="Node scores and alerts older than this go, days; "
                                   "action records (the audit trail) are kept.")
     retrain_enabled: bool = Field(False, description="Scheduled retraining (docs/serve.md): off by default "
-                                  "because a new model is activated only after it beats the current one on "
-                                  "held-out data, which needs a recording the operator chooses.")
+                                  "because it needs recordings the operator chooses: ones to train on and a "
+                                  "held-out one the new model must beat the current one on before it is used.")
     retrain_s: float = Field(7 * 86400.0, gt=0, description="Retraining interval, s (weekly).")
-    retrain_params: dict[str, Any] = Field(default_factory=dict, description="Passed to the model registry's "
-                                           "train (recording, held-out recording, ...).")
+    retrain_params: dict[str, Any] = Field(default_factory=dict, description="recordings (list, to train on), "
+                                           "held_out (a recording with incidents, to judge on), seed, val_fraction.")
 
 
 class SimulatedFleetSection(_Section):

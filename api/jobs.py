@@ -9,9 +9,9 @@
 - **verification** (leader): ``engine.maintain()`` — retries, verification of held nodes
   before resume, follow-ups, expiry of proposals nobody answered.
 - **retention** (leader): node scores and alerts older than ``retention_days`` go.
-- **retraining** (leader, off by default): the model registry's ``train`` with
-  ``activate_if_better``; the registry activates the new bundle only if it beats the current
-  one on held-out data (docs/serve.md).
+- **retraining** (leader, off by default): :func:`api.retrain.retrain` trains through the model
+  registry and activates the new bundle only if it beats the current one on a held-out
+  recording (docs/serve.md).
 
 Each job logs and swallows its own errors: a job that fails runs again at its next time.
 """
@@ -101,11 +101,13 @@ class ServiceJobs:
         return out
 
     def retrain(self) -> dict[str, Any] | None:
-        """Train a new bundle; the registry activates it only if it beats the current one on held-out data."""
+        """Train a new bundle and activate it only if it beats the current one on held-out data (api/retrain.py)."""
+        from api.retrain import retrain
+
         self._ran("retrain")
         if not self.is_leader() or self.models is None:
             return None
-        return self.models.train({**self.retrain_params, "activate_if_better": True}, "scheduler")
+        return retrain(self.models, self.retrain_params, self.engine.policy)
 
 
 def build_scheduler(jobs: ServiceJobs, cfg: SchedulerSection) -> Any:
