@@ -22,6 +22,7 @@ stop the jobs, release the lease (a standby takes over at once), then stop the A
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ class Service:
         self._bus: InProcessBus | None = None
         if cfg.embedded:
             self._bus = InProcessBus(partitions=4, topics=(self.topics.telemetry, self.topics.events))
-            self.fleet = self._build_fleet()
+            self.fleet = self._build_fleet(self._bus)
         self.clock = clock or (self.fleet.now if self.fleet is not None else time.time)
         self.store = ActionStore(cfg.resolved_store_url)
         self.store.migrate()
@@ -163,7 +164,7 @@ class Service:
 
     # ---- parts ----------------------------------------------------------------------------
 
-    def _build_fleet(self) -> Any:
+    def _build_fleet(self, bus: InProcessBus) -> Any:
         from collector.simulator import SimConfig
         from collector.simulator.live import LiveFleet
 
@@ -172,8 +173,7 @@ class Service:
         names = tuple(s.names)
         sim = SimConfig(nodes=len(names) or s.nodes, names=names, hours=24, seed=s.seed,
                         rate_multiplier=s.rate_multiplier, start_ts=start)
-        assert self._bus is not None
-        return LiveFleet(sim, self._bus.produce, speedup=s.speedup, telemetry_topic=self.topics.telemetry,
+        return LiveFleet(sim, bus.produce, speedup=s.speedup, telemetry_topic=self.topics.telemetry,
                          events_topic=self.topics.events)
 
     def _make_feed_bus(self) -> Bus:
@@ -183,9 +183,9 @@ class Service:
 
         # a group of its own per replica: every replica sees every tick; "latest" for a new group,
         # so a replica's first start does not decide on old ticks (later starts resume where it was)
-        return KafkaBus(self.cfg.kafka_bootstrap, f"gpuops-view-{self.cfg.replica}",
-                        (self.topics.scores, self.topics.events),
-                        client_id=f"gpuops-view-{self.cfg.replica}", auto_offset_reset="latest")
+        group = "gpuops-view-" + re.sub(r"[^A-Za-z0-9._-]", "-", self.cfg.replica)
+        return KafkaBus(self.cfg.kafka_bootstrap, group, (self.topics.scores, self.topics.events),
+                        client_id=group, auto_offset_reset="latest")
 
     def _commands(self) -> Any:
         c = self.cfg.commands
@@ -202,7 +202,7 @@ class Service:
         from pipeline.kafka_bus import KafkaBus
 
         return KafkaBus(self.cfg.kafka_bootstrap, self.cfg.scoring.group,
-                        (self.topics.telemetry, self.topics.events), client_id=name)
+                        (self.topics.telemetry, self.topics.events), client_id=re.sub(r"[^A-Za-z0-9._-]", "-", name))
 
     def bundle(self) -> Any:
         """The model bundle the scoring workers use: the registry's active one, else the shipped one."""
