@@ -57,6 +57,7 @@ class ScoringCounters:
     deadlettered: int = 0
     published: int = 0          # gpu.scores messages
     errors: int = 0             # failed polls/ticks (logged, then the loop goes on)
+    reread: int = 0             # messages read again after a rebalance/restart and skipped
     cold_nodes: int = 0         # nodes marked cold in the last tick
     last_tick_ts: float | None = None
     watermark: float | None = None
@@ -64,20 +65,34 @@ class ScoringCounters:
 
 
 class _OwnershipBus:
-    """The worker's bus, remembering which partition each node's telemetry came from."""
+    """The worker's bus, remembering which partition each node's telemetry came from.
+
+    After a group rebalance or a broker restart the consumer resumes from the committed
+    offsets, which lag behind what this worker has already ingested (the open ticks):
+    messages it has read before are skipped here, so no sample enters a window twice.
+    """
 
     def __init__(self, bus: Bus, telemetry_topic: str) -> None:
         self.inner = bus
         self.telemetry_topic = telemetry_topic
         self.partition_of: dict[str, TopicPartition] = {}
+        self.next_offset: dict[TopicPartition, int] = {}
+        self.skipped = 0
 
     def poll(self, max_records: int, timeout_s: float) -> list[BusMessage]:
         msgs = self.inner.poll(max_records, timeout_s)
-        part = self.partition_of
+        part, seen = self.partition_of, self.next_offset
+        fresh = []
         for m in msgs:
+            tp = (m.topic, m.partition)
+            if m.offset < seen.get(tp, -1):
+                self.skipped += 1
+                continue
+            seen[tp] = m.offset + 1
+            fresh.append(m)
             if m.key is not None and m.topic == self.telemetry_topic:
-                part[m.key] = (m.topic, m.partition)
-        return msgs
+                part[m.key] = tp
+        return fresh
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         self.inner.commit(offsets)
@@ -218,6 +233,7 @@ class ScoringWorker:
         c.messages = self.stream.messages
         c.deadlettered = self.stream.deadlettered
         c.samples = self.pipeline.counts.gpu_rows
+        c.reread = self.bus.skipped
         wm = self.stream.watermark()
         if np.isfinite(wm):
             c.watermark = wm
