@@ -106,6 +106,12 @@ def warm_up(bundle) -> None:
     bundle.score(np.random.default_rng(0).uniform(0, 1, (64, len(bundle.feature_names))).astype(np.float32))
 
 
+def sized(settings: PipelineSettings, nodes: int) -> PipelineSettings:
+    """The capacity hints a deployment of *nodes* nodes sets (no regrowth of window state mid-run)."""
+    return settings.model_copy(update={"expected_nodes": nodes, "expected_gpus": nodes * GPUS,
+                                       "expected_ports": nodes * PORTS})
+
+
 def make_topic(bootstrap: str, name: str, partitions: int) -> None:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
@@ -151,7 +157,8 @@ def throughput(args: argparse.Namespace, wire_format: str, slow_crc: bool) -> di
     pure_python_crc(slow_crc)
     topics = StreamTopics(telemetry=topic, events=f"{topic}.events", deadletter=f"{topic}.dlq")
     bus = KafkaBus(args.bootstrap, f"bench-{uuid.uuid4().hex[:8]}", (topic,))
-    worker = ScoringWorker(bus, BUNDLE, PipelineSettings(), PolicyConfig(), worker_id="bench", topics=topics,
+    worker = ScoringWorker(bus, BUNDLE, sized(PipelineSettings(), args.nodes), PolicyConfig(), worker_id="bench",
+                           topics=topics,
                            scores_topic=f"{topic}.scores")
     while worker.stream.messages == 0:  # joining the group takes seconds: the clock starts at the first data
         worker.run_once()
@@ -194,8 +201,8 @@ def latency(args: argparse.Namespace, wire_format: str) -> dict:
     topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
     make_topic(args.bootstrap, topic, args.partitions)
     make_topic(args.bootstrap, f"{topic}.scores", 1)
-    settings = PipelineSettings(cadence_s=5, bucket_s=5, short_window_s=5, long_window_s=60, allowed_lateness_s=1,
-                                poll_timeout_s=0.05)
+    settings = sized(PipelineSettings(cadence_s=5, bucket_s=5, short_window_s=5, long_window_s=60,
+                                      allowed_lateness_s=1, poll_timeout_s=0.05), args.nodes)
     topics = StreamTopics(telemetry=topic, events=f"{topic}.events", deadletter=f"{topic}.dlq")
     bus = KafkaBus(args.bootstrap, f"bench-{uuid.uuid4().hex[:8]}", (topic,), auto_offset_reset="latest")
     worker = ScoringWorker(bus, BUNDLE, settings, PolicyConfig(), worker_id="bench", topics=topics,

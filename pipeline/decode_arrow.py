@@ -142,7 +142,7 @@ class ArrowDecoder:
         gpu_parts, net_parts = [], []
         for (rtype, _), g in self._groups.items():
             try:
-                table = pa.ipc.open_stream(b"".join([g.schema_msg, *g.bodies])).read_all()
+                table = pa.ipc.open_stream(pa.py_buffer(b"".join([g.schema_msg, *g.bodies]))).read_all()
             except (pa.ArrowInvalid, OSError) as e:
                 for k in g.owners:
                     out.rejected.append((k, f"'{rtype.value}' is not a readable Arrow IPC stream: {e}", None))
