@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 
 from api.scoring import ScoringWorker
-from collector.schema import Action
+from collector.schema import Action, FaultClass, Grade
 from collector.wire import TOPIC_DEADLETTER, TOPIC_SCORES, TOPIC_TELEMETRY
 from models.bundle import ModelBundle, default_model_path
+from models.node_scores import NodeScores
 from models.score_wire import decode_scores, explain_from
 from pipeline.bus import InProcessBus
 from pipeline.settings import PipelineSettings
 from remediation.config import PolicyConfig
-from remediation.policy import PolicyState, decide
+from remediation.policy import NodeState, PolicyState, decide
 from tests.pipeline.synth import Fleet, gpu_frame, net_frame, telemetry_messages
 
 SETTINGS = PipelineSettings(cadence_s=10, bucket_s=10, short_window_s=10, long_window_s=30, allowed_lateness_s=0)
@@ -86,10 +87,6 @@ def test_a_node_new_to_the_worker_is_cold_for_the_warmup_then_warm(bundle) -> No
 
 
 def test_a_cold_node_prediction_alerts_but_never_acts() -> None:
-    bus = InProcessBus()
-    del bus  # (policy only: scores built by hand)
-    from models.node_scores import NodeScores
-
     def scores(ts: float, cold: bool) -> NodeScores:
         i = np.zeros(1, int)
         return NodeScores(ts, np.array(["gpu-node-001"], object), np.array([0.99]), np.array([1], np.int8), i, i,
@@ -110,10 +107,6 @@ def test_a_cold_node_prediction_alerts_but_never_acts() -> None:
 
 
 def test_a_held_node_that_turns_cold_is_neither_escalated_nor_resumed() -> None:
-    from models.node_scores import NodeScores
-    from remediation.policy import NodeState
-    from collector.schema import Grade, FaultClass
-
     i = np.zeros(1, int)
     ns = NodeScores(0.0, np.array(["n1"], object), np.array([0.0]), np.array([0], np.int8), i, i, np.array([-1]),
                     np.array([-1]), i, np.zeros(1, np.int8), np.array([None], object), np.array([None], object),
