@@ -42,7 +42,7 @@ from collector.agent_settings import AgentSettings
 from collector.sinks.base import OutboundMessage, Sink, SinkRejected, SinkUnavailable
 from collector.sinks.buffer import OutboundBuffer
 from collector.sources.base import Source, SourceBatch, SourceError
-from collector.wire import TelemetryMessage, encode_event, encode_telemetry, rows_to_columns
+from collector.wire import TelemetryMessage, encode_event, encode_telemetry_as, rows_to_columns
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +161,9 @@ class Agent:
             try:
                 msg = TelemetryMessage(node=self.node, ts=now, gpu=rows_to_columns(batch.gpu) if batch.gpu else {},
                                        net=rows_to_columns(batch.net) if batch.net else {})
-                out.append(OutboundMessage(self.settings.telemetry_topic, self._key, encode_telemetry(msg)))
-            except (TypeError, ValueError, AttributeError) as e:  # orjson.JSONEncodeError is a TypeError
+                out.append(OutboundMessage(self.settings.telemetry_topic, self._key,
+                                           encode_telemetry_as(msg, self.settings.wire_format)))
+            except (TypeError, ValueError, AttributeError) as e:  # orjson's and pyarrow's errors are these
                 self._tick_failed("encode_telemetry", e,
                                   f"{len(batch.gpu)} GPU and {len(batch.net)} port rows dropped")
         for ev in batch.events:

@@ -14,11 +14,23 @@ arrays without a dict per sample::
 
 Columns inside ``gpu``/``net`` are those of spec/telemetry.md (the ``node`` column is
 implied by the message); unknown extra columns are allowed and passed through.
+
+Wire formats (:data:`WIRE_FORMATS`): ``json`` above, readable and the agent's default, and
+``arrow``, the same message whose ``gpu`` and ``net`` tables are Arrow IPC streams, which
+a consumer decodes straight into numpy columns (many messages in one Arrow read: see
+:mod:`pipeline.decode`). An Arrow message starts with :data:`ARROW_MAGIC` (a JSON one with
+``{``), so the decoder picks the format by the first bytes::
+
+    b"GPAR" | u8 version | u16 node length | f64 ts | u32 gpu length | u32 net length
+           | node (UTF-8) | gpu IPC stream (may be empty) | net IPC stream (may be empty)
+
+(little-endian). The version byte is the telemetry schema version (``"v"`` in JSON).
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -34,6 +46,13 @@ TOPIC_DEADLETTER = "gpu.deadletter"
 SCHEMA_TELEMETRY = "gpuops.telemetry"
 SCHEMA_EVENT = "gpuops.event"
 SCHEMA_DEADLETTER = "gpuops.deadletter"
+
+#: telemetry encodings a collector may send; every consumer reads both
+WIRE_FORMATS = ("json", "arrow")
+#: first bytes of an Arrow-encoded telemetry message
+ARROW_MAGIC = b"GPAR"
+_ARROW_HEADER = struct.Struct("<BHdII")
+_ARROW_PREFIX = len(ARROW_MAGIC) + _ARROW_HEADER.size
 
 
 class WireError(ValueError):
@@ -102,13 +121,94 @@ def encode_telemetry(msg: TelemetryMessage) -> bytes:
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def encode_telemetry_as(msg: TelemetryMessage, wire_format: str = "json") -> bytes:
+    """Serialise *msg* in *wire_format* (one of :data:`WIRE_FORMATS`)."""
+    if wire_format == "json":
+        return encode_telemetry(msg)
+    if wire_format == "arrow":
+        return encode_telemetry_arrow(msg)
+    raise ValueError(f"unknown wire format {wire_format!r} (valid: {', '.join(WIRE_FORMATS)})")
+
+
+def _ipc_stream(cols: Mapping[str, Sequence[Any]]) -> bytes:
+    import pyarrow as pa  # loaded only by those who send or read Arrow
+
+    if not cols:
+        return b""
+    table = pa.table({k: pa.array(list(v) if not hasattr(v, "dtype") else v) for k, v in cols.items()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def encode_telemetry_arrow(msg: TelemetryMessage) -> bytes:
+    """Serialise *msg* in the Arrow wire format (see the module docstring). NaN stays NaN."""
+    node = msg.node.encode()
+    gpu, net = _ipc_stream(msg.gpu), _ipc_stream(msg.net)
+    return b"".join((ARROW_MAGIC, _ARROW_HEADER.pack(msg.v, len(node), msg.ts, len(gpu), len(net)), node, gpu, net))
+
+
+def is_arrow(raw: bytes | str) -> bool:
+    """Whether *raw* is an Arrow-encoded telemetry message (else JSON)."""
+    return isinstance(raw, (bytes, bytearray, memoryview)) and bytes(raw[:4]) == ARROW_MAGIC
+
+
+@dataclass(frozen=True)
+class ArrowTelemetry:
+    """The envelope of an Arrow telemetry message, its tables still as IPC stream bytes."""
+
+    node: str
+    ts: float
+    v: int
+    gpu: bytes
+    net: bytes
+
+
+def split_arrow(raw: bytes) -> ArrowTelemetry:
+    """The checked envelope of an Arrow telemetry message; raise :class:`WireError`."""
+    if len(raw) < _ARROW_PREFIX or raw[:4] != ARROW_MAGIC:
+        raise WireError(f"not an Arrow telemetry message ({len(raw)} bytes, starts {bytes(raw[:4])!r})")
+    v, n_node, ts, n_gpu, n_net = _ARROW_HEADER.unpack_from(raw, 4)
+    if v not in SUPPORTED_VERSIONS:
+        raise WireError(f"unsupported schema version {v!r} (supported: {sorted(SUPPORTED_VERSIONS)})")
+    end = _ARROW_PREFIX + n_node + n_gpu + n_net
+    if end != len(raw):
+        raise WireError(f"Arrow message is {len(raw)} bytes, its header says {end}")
+    at = _ARROW_PREFIX + n_node
+    try:
+        node = raw[_ARROW_PREFIX:at].decode()
+    except UnicodeDecodeError:
+        raise WireError("node name is not UTF-8") from None
+    if not NODE_NAME_RE.match(node):
+        raise WireError(f"malformed node name {node!r}")
+    if not math.isfinite(ts):
+        raise WireError(f"non-finite timestamp {ts!r}")
+    return ArrowTelemetry(node, ts, v, raw[at:at + n_gpu], raw[at + n_gpu:end])
+
+
+def _read_ipc(data: bytes, name: str) -> dict[str, list[Any]]:
+    import pyarrow as pa
+
+    if not data:
+        return {}
+    try:
+        table = pa.ipc.open_stream(data).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise WireError(f"'{name}' is not a readable Arrow IPC stream: {e}") from None
+    return table.to_pydict()
+
+
 def decode_telemetry(raw: bytes | str) -> TelemetryMessage:
-    """Parse and check the envelope of a telemetry message; raise :class:`WireError`.
+    """Parse and check the envelope of a telemetry message, JSON or Arrow; raise :class:`WireError`.
 
     Only the envelope is checked here (JSON, schema tag, version, node, ts, column
     shapes); per-sample validation is the pipeline's job, so one bad sample does not
     cost the rest of the message.
     """
+    if is_arrow(raw):
+        a = split_arrow(bytes(raw))
+        return TelemetryMessage(node=a.node, ts=a.ts, gpu=_read_ipc(a.gpu, "gpu"), net=_read_ipc(a.net, "net"), v=a.v)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:

@@ -42,9 +42,16 @@ class NodeScores:
     anomaly: np.ndarray     # max anomaly level over the node's GPUs
     anomaly_row: np.ndarray
     anomaly_gpu: np.ndarray | None = None  # GPU index of the most anomalous GPU (None: not known)
+    #: per node: its window is still filling on the worker that scored it (a node that just arrived there,
+    #: e.g. after a rebalance): its prediction may alert but never act (None: every node is warm)
+    cold: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.node)
+
+    def is_cold(self, i: int) -> bool:
+        """Whether node *i* was scored from a window still filling (see ``cold``)."""
+        return self.cold is not None and bool(self.cold[i])
 
     def fault_class(self, i: int) -> FaultClass | None:
         """The model's fault class for node *i* (None when the models name none)."""

@@ -8,6 +8,10 @@ reads the text the replay would have produced. Versioned like ``collector.wire``
 consumer refuses a schema or version it does not know with :class:`ScoresFormatError`
 (the caller dead-letters it); fields a newer producer adds are ignored.
 
+``cold`` (optional, one flag per node) marks nodes whose window is still filling on the
+worker that scored them (they arrived there with no history, e.g. after a rebalance): the
+policy lets their predictions alert but never act (docs/scaling.md, "Rebalance").
+
 Feature-row indexes (``row``, ``rule_row``, ``anomaly_row``) mean nothing outside the
 worker and travel as the node's own position.
 """
@@ -55,6 +59,8 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
         "anomaly_gpu": None if ns.anomaly_gpu is None else ns.anomaly_gpu.astype(int).tolist(),
         "reasons": {k: dict(v) for k, v in (reasons or {}).items()},
     }
+    if ns.cold is not None:
+        msg["cold"] = np.asarray(ns.cold, bool).tolist()
     if extra:
         msg.update({k: v for k, v in extra.items() if k not in msg})
     return orjson.dumps(msg)
@@ -85,7 +91,10 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             np.array([Action(a) if a is not None else None for a in m["rule_action"]], object),
             np.array([FollowUp(f) if f is not None else None for f in m["rule_follow_up"]], object),
             np.array(m["anomaly"], float), idx,
-            None if m.get("anomaly_gpu") is None else np.array(m["anomaly_gpu"], int))
+            None if m.get("anomaly_gpu") is None else np.array(m["anomaly_gpu"], int),
+            None if m.get("cold") is None else np.array(m["cold"], bool))
+        if ns.cold is not None and len(ns.cold) != n:
+            raise ScoresFormatError(f"column 'cold' has {len(ns.cold)} values for {n} nodes")
     except ScoresFormatError:
         raise
     except (KeyError, TypeError, ValueError) as e:

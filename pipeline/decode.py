@@ -10,6 +10,11 @@ are validated the same way; ``kind == "xid"`` events become :class:`XidRows`, an
 no ``gpu`` getting its GPU from its ``pci_bus_id`` where GPU samples have named that bus id
 (:class:`pipeline.registry.PciGpuMap`).
 
+Arrow-encoded telemetry (``collector.wire``, picked by its first bytes) skips the Python
+lists altogether: :class:`pipeline.decode_arrow.ArrowDecoder` reads a poll's Arrow messages
+in one Arrow call per schema; a message it cannot read as columns comes back here and takes
+the general path above.
+
 Nothing here produces to the bus: rejects come back as :class:`Rejected` for the
 worker to dead-letter.
 """
@@ -23,7 +28,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from collector.schema import RecordType, validate_record
-from collector.wire import WireError, columns_to_rows, decode_event, decode_telemetry
+from collector.wire import WireError, columns_to_rows, decode_event, decode_telemetry, is_arrow, split_arrow
 from pipeline.bus import BusMessage, TopicPartition
 from pipeline.columns import (
     GPU_VALUE_COLUMNS,
@@ -33,6 +38,7 @@ from pipeline.columns import (
     XidRows,
     link_active_flags,
 )
+from pipeline.decode_arrow import ArrowDecoder
 from pipeline.registry import Keys
 
 _NUM = {float, int, type(None)}
@@ -93,6 +99,7 @@ class MessageDecoder:
         self.max_gpus = max_gpus
         self.telemetry_topics = frozenset(telemetry_topics)
         self.event_topics = frozenset(event_topics)
+        self.arrow = ArrowDecoder(keys, max_gpus)
 
     def decode(self, messages: Iterable[BusMessage]) -> Decoded:
         gpu = _Columns(("ts", "gpu", "pci_bus_id") + GPU_VALUE_COLUMNS)
@@ -102,6 +109,8 @@ class MessageDecoder:
         xids: list[tuple[float, int, int, int]] = []
         xid_bus: list[Any] = []  # each XID event's pci_bus_id, to resolve a missing gpu
         out = Decoded(GpuRows.empty(), NetRows.empty(), XidRows.empty())
+        self.arrow.start()
+        arrow_at: list[tuple[int, BusMessage]] = []  # (its place in out.progress, message) per Arrow message
         for m in messages:
             tp = (m.topic, m.partition)
 
@@ -111,6 +120,10 @@ class MessageDecoder:
             newest = -math.inf
             if m.topic in self.telemetry_topics:
                 try:
+                    if is_arrow(m.value) and self.arrow.add(split_arrow(m.value)):
+                        arrow_at.append((len(out.progress), m))
+                        out.progress.append((tp, m.offset, newest))  # newest: filled in below
+                        continue
                     msg = decode_telemetry(m.value)
                 except WireError as e:
                     reject(str(e), m.value)
@@ -148,18 +161,21 @@ class MessageDecoder:
             else:
                 reject(f"unexpected topic {m.topic!r}", m.value)
             out.progress.append((tp, m.offset, newest))
+        if arrow_at:
+            self._decode_arrow(out, arrow_at)
         if gpu.n:
             slots = self.keys.gpus.slots_of(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64))
-            out.gpu = GpuRows(np.array(gpu.lists["ts"], np.float64), slots, gpu.floats(GPU_VALUE_COLUMNS))
+            out.gpu = GpuRows.concat([r for r in (out.gpu, GpuRows(np.array(gpu.lists["ts"], np.float64), slots,
+                                                                    gpu.floats(GPU_VALUE_COLUMNS))) if len(r)])
             bus = np.array(gpu.lists["pci_bus_id"], object)
             if any(b is not None for b in bus):
                 self.keys.pci.learn(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64), bus)
         if net.n:
             ports = self.keys.ports.slots_of(np.array(net_nodes, np.int32), np.array(net.lists["device"], object),
                                              np.array(net.lists["port"], np.int64))
-            out.net = NetRows(np.array(net.lists["ts"], np.float64), ports,
-                              link_active_flags(np.array(net.lists["link_state"], object)),
-                              net.floats(NET_STATE_COUNTERS))
+            rows = NetRows(np.array(net.lists["ts"], np.float64), ports,
+                           link_active_flags(np.array(net.lists["link_state"], object)), net.floats(NET_STATE_COUNTERS))
+            out.net = NetRows.concat([r for r in (out.net, rows) if len(r)])
         if xids:
             ts, nd, g, c = zip(*xids)
             nodes, gpus = np.array(nd, np.int32), np.array(g, np.int16)
@@ -169,6 +185,15 @@ class MessageDecoder:
                 gpus[unknown] = np.where(found < self.max_gpus, found, -1)
             out.xids = XidRows(np.array(ts), nodes, gpus, np.array(c, np.int32))
         return out
+
+    def _decode_arrow(self, out: Decoded, arrow_at: list[tuple[int, BusMessage]]) -> None:
+        got = self.arrow.decode()
+        out.gpu, out.net = got.gpu, got.net
+        for k, (place, m) in enumerate(arrow_at):
+            out.progress[place] = ((m.topic, m.partition), m.offset, float(got.newest[k]))
+        for k, reason, row in got.rejected:
+            m = arrow_at[k][1]
+            out.rejected.append(Rejected(reason, row if row is not None else m.value, m.topic, m.partition, m.offset))
 
     def _columns_ok(self, cols: dict[str, list[Any]], rtype: RecordType) -> bool:
         """Whole-column check: every value has a valid type, keys present, finite and in range."""

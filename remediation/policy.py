@@ -14,7 +14,9 @@ Every decision carries its :class:`~collector.schema.Grade`:
    rule's action and follow-up: CERTAIN;
 3. a predicted failure acts when its calibrated probability stayed above the fault's
    threshold for ``act_sustain_s`` of telemetry time (``now`` deltas, not ticks) — once
-   per ``model_retry_window_s``, and only on a node seen for ``model_warmup_s``:
+   per ``model_retry_window_s``, and only on a node seen for ``model_warmup_s`` whose scores
+   are not ``cold`` (a window refilling on a new scoring worker after a rebalance: such a node's
+   predictions only alert, and a held one stays as it is until its window is warm again):
 
    * alone, it *drains* (running jobs finish, no new one lands): PREDICTED — never a
      reset or a requeue;
@@ -222,7 +224,10 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     rule_action = s.rule_action[i] if rule >= 0 else None
     rule_acts = rule_action in _ACTING
     fault = s.fault_class(i)
-    warm = seen_s >= cfg.model_warmup_s
+    cold = s.is_cold(i)  # its window is still filling on the worker that scored it (a rebalance moved it)
+    warm = seen_s >= cfg.model_warmup_s and not cold
+    if cold and ns.held_since is not None:
+        return ns, []  # a young window neither escalates a held node nor counts towards its resume
     ns = _track(ns, s, i, p, anomaly, fault, rule_acts, warm, now, cfg)
     ns = _strange_run(ns, anomaly, now, cfg)
     if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
@@ -315,6 +320,8 @@ def _alert(i: int, name: str, part: int | None, source: str, s: NodeScores, p: f
     why = explain(i, "model")
     if retried:
         why += " (gpuops already acted on this node on a prediction that did not come true: a person decides)"
+    elif s.is_cold(i):
+        why += " (warming up: the node's window is refilling on a new scoring worker; predictions only alert)"
     elif not warm:
         why += (f" (warming up: {seen_s / 60:.0f} min of telemetry; predictions act after "
                 f"{cfg.model_warmup_s / 60:.0f} min)")
