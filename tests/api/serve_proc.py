@@ -1,8 +1,8 @@
 """Run ``gpuops serve`` as a subprocess from a test (config, URL, token), with fresh Kafka topics and agents.
 
-The process runs this worktree's code (``python -m api.cli serve``, from the repository
-root); until the API and scoring work lands it runs the test stand-ins instead
-(tests/api/serve_standins.py). Its output goes to a log file the test prints on failure.
+The process runs this checkout's code (``python -m api.cli serve``, from the repository root;
+with a shared file-backed cluster, tests/api/serve_launcher.py). Its output goes to a log file
+the test prints on failure.
 """
 
 from __future__ import annotations
@@ -29,12 +29,6 @@ from collector.wire import encode_event
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def real_parts() -> bool:
-    from tests.api.serve_standins import missing_parts
-
-    return not missing_parts()
 
 
 @dataclass
@@ -71,9 +65,9 @@ def start_serve(config: dict[str, Any], workdir: Path, name: str, env: dict[str,
     cfg_path = workdir / f"{name}.yaml"
     cfg_path.write_text(yaml.safe_dump(config))
     log = workdir / f"{name}.log"
-    launcher = real_parts() and not (env or {}).get("GPUOPS_TEST_CLUSTER_FILE")
-    cmd = ([sys.executable, "-m", "api.cli", "serve", "--config", str(cfg_path)] if launcher else
-           [sys.executable, "-m", "tests.api.serve_standins", "--config", str(cfg_path)])
+    shared_cluster = bool((env or {}).get("GPUOPS_TEST_CLUSTER_FILE"))
+    cmd = ([sys.executable, "-m", "tests.api.serve_launcher", "--config", str(cfg_path)] if shared_cluster else
+           [sys.executable, "-m", "api.cli", "serve", "--config", str(cfg_path)])
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
     with log.open("wb") as out:

@@ -16,15 +16,12 @@ from api.config import load_service_config
 from api.service import Service
 from tests.helpers import wait_until
 
-from tests.api.serve_standins import missing_parts
-
-PARTS = missing_parts()          # the real parts where they have landed, stand-ins until then
 
 
 @pytest.fixture
 def service(tmp_path: Path):  # noqa: ANN201
     cfg = load_service_config(None, port=0, state_dir=str(tmp_path), simulate={"speedup": 120})
-    svc = Service(cfg, **PARTS).start()
+    svc = Service(cfg).start()
     yield svc
     svc.stop()
 
@@ -47,7 +44,7 @@ def test_embedded_default_lists_the_simulated_fleet_and_records_dry_run_actions(
 
 def test_shutdown_releases_the_lease_and_stops_every_thread(tmp_path: Path) -> None:
     cfg = load_service_config(None, port=0, state_dir=str(tmp_path), simulate={"speedup": 120})
-    svc = Service(cfg, **PARTS).start()
+    svc = Service(cfg).start()
     wait_until(lambda: svc.feed.ticks > 0, timeout_s=40, interval_s=0.1)
     svc.stop()
     assert all(not loop.thread.is_alive() for loop in svc._loops)
