@@ -124,7 +124,8 @@ class ScoringWorker:
         if not worker_id:
             raise ValueError("worker_id must name this worker (it keys its gpu.scores messages)")
         self.worker_id = worker_id
-        self.bundle = bundle
+        #: (bundle, its explainer, its rule names): swapped as one by :meth:`use_bundle`
+        self._model = (bundle, Explainer(bundle), [r.name for r in bundle.rules.rules])
         self.policy_cfg = policy_cfg
         self.scores_topic = scores_topic
         self.clock = clock
@@ -132,8 +133,6 @@ class ScoringWorker:
         self.bus = _OwnershipBus(bus, topics.telemetry)
         self.pipeline = FeaturePipeline(pipeline_settings)
         self.stream = StreamWorker(self.bus, self.pipeline, self._on_tick, topics)
-        self.explainer = Explainer(bundle)
-        self.rule_names = [r.name for r in bundle.rules.rules]
         self.counters = ScoringCounters()
         #: telemetry time of the first tick this worker scored each node in (its window's start here)
         self.first_seen: dict[str, float] = {}
@@ -182,19 +181,35 @@ class ScoringWorker:
         except Exception as e:  # noqa: BLE001 - closing twice or on a dead broker is not an error here
             log.info("scoring worker %s: close: %s", self.worker_id, e)
 
+    def use_bundle(self, bundle: ModelBundle) -> None:
+        """Score with *bundle* from the next tick on (a model activated at run time).
+
+        The bundle, its explainer and its rule names change together in one assignment, so a
+        tick in progress finishes with the model it started with.
+        """
+        if list(bundle.feature_names) != list(self.bundle.feature_names):
+            raise ValueError("the new model reads other features than this pipeline computes: "
+                             "it needs a restart with matching pipeline settings")
+        self._model = (bundle, Explainer(bundle), [r.name for r in bundle.rules.rules])
+
+    @property
+    def bundle(self) -> ModelBundle:
+        return self._model[0]
+
     # ---- one tick ------------------------------------------------------------------------
 
     def _on_tick(self, batch: FeatureBatch) -> None:
+        bundle, explainer, rule_names = self._model
         try:
-            ns = self.score(batch)
+            ns = self.score(batch, bundle)
         except Exception:  # noqa: BLE001 - a tick that cannot be scored is logged; the next one is
             self.counters.errors += 1
             log.exception("scoring worker %s: tick %s could not be scored; skipped", self.worker_id, batch.ts)
             return
         if len(ns) == 0:
             return
-        reasons = self.explainer.reasons(batch, ns, self._worth_a_reason(ns))
-        raw = encode_scores(ns, reasons, worker=self.worker_id, rule_names=self.rule_names,
+        reasons = explainer.reasons(batch, ns, self._worth_a_reason(ns))
+        raw = encode_scores(ns, reasons, worker=self.worker_id, rule_names=rule_names,
                             extra={"published_at": self.clock(), "samples": int(len(batch))})
         self.bus.produce(self.scores_topic, self.worker_id, raw)
         self.counters.published += 1
@@ -203,9 +218,10 @@ class ScoringWorker:
         if self.on_published is not None:
             self.on_published(ns, raw)
 
-    def score(self, batch: FeatureBatch) -> NodeScores:
+    def score(self, batch: FeatureBatch, bundle: ModelBundle | None = None) -> NodeScores:
         """The tick's node scores, restricted to the nodes this worker owns, with ``cold`` marked."""
-        ns = aggregate(batch, score_batches(self.bundle, [batch])[0], self.bundle.rules)
+        bundle = bundle or self.bundle
+        ns = aggregate(batch, score_batches(bundle, [batch])[0], bundle.rules)
         owned = self._owned(ns.node)
         if not owned.all():
             ns = take(ns, np.flatnonzero(owned))

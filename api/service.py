@@ -213,22 +213,18 @@ class Service:
             active = self.models.active() if self.models is not None and hasattr(self.models, "active") else None
             if active:
                 path = self.models.path(active)
-            self._bundle = ModelBundle.load(path)
+            self._bundle = ModelBundle.load(path, pipeline=self.pipeline_settings)
         return self._bundle
 
     def activate_model(self, path: Path) -> None:
         """A model was activated (the registry loaded it first): the scoring workers score with it from now."""
         from models.bundle import ModelBundle
 
-        bundle = ModelBundle.load(path)
+        bundle = ModelBundle.load(path, pipeline=self.pipeline_settings)  # refuses a model of other windows
         self._bundle = bundle
         for w in self.scorers:
-            swap = getattr(w, "use_bundle", None)
-            if swap is not None:
-                swap(bundle)
-            else:
-                log.warning("scoring worker %r cannot swap models at run time; restart to score with %s", w, path)
-        log.warning("model %s active", path)
+            w.use_bundle(bundle)
+        log.warning("model %s active: the scoring workers score with it from their next tick", path)
 
     # ---- leadership -----------------------------------------------------------------------
 

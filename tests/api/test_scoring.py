@@ -155,3 +155,15 @@ def test_a_broken_message_is_dead_lettered_and_the_worker_goes_on(bundle) -> Non
     assert not t.is_alive()
     assert worker.counters.deadlettered == 1 and len(bus.messages(TOPIC_DEADLETTER)) == 1
     assert worker.counters.ticks >= 2 and worker.counters.errors == 0
+
+
+def test_a_model_activated_at_run_time_scores_from_the_next_tick_and_one_of_other_features_is_refused():
+    rules = ModelBundle.rules_only()
+    w = ScoringWorker(InProcessBus(), ModelBundle.load(default_model_path()), PipelineSettings(), PolicyConfig(),
+                      worker_id="w-swap")
+    assert w.bundle.classifier is not None
+    w.use_bundle(rules)
+    assert w.bundle is rules and w.bundle.classifier is None
+    with pytest.raises(ValueError, match="other features"):
+        w.use_bundle(ModelBundle.rules_only(list(rules.feature_names) + ["a_feature_this_pipeline_lacks"]))
+    assert w.bundle is rules
