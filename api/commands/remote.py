@@ -67,7 +67,8 @@ def action_table(actions: list[dict[str, Any]], title: str = "actions") -> Any:
 
     t = Table(title=title, title_justify="left")
     for col in ("id", "node", "kind", "state", "gpu", "dry run", "actor", "created (UTC)", "reason"):
-        t.add_column(col, no_wrap=col in ("id", "node"), overflow="fold")
+        # short columns keep their width; the reason takes what is left and wraps
+        t.add_column(col, no_wrap=col != "reason", overflow="fold", min_width=30 if col == "reason" else None)
     for a in actions:
         t.add_row(a["id"], a["node"], a["kind"], _state(a["state"]), "" if a.get("gpu") is None else str(a["gpu"]),
                   "yes" if a.get("dry_run") else "NO", a["actor"], when(a.get("created_at")),
