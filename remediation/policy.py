@@ -170,6 +170,7 @@ class NodeState:
     held_fault: FaultClass | None = None
     healthy_since: float | None = None
     predicted_action_at: float | None = None  # last action taken on a prediction (retry cap)
+    sbe_at: float | None = None             # the predicted GPU last logged corrected ECC errors (hbm_recent_sbe_s)
     episodes: tuple[AlertEpisode, ...] = ()
     alert_times: tuple[float, ...] = ()       # alerts sent in the last RATE_WINDOW_S
 
@@ -233,7 +234,12 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
     counted from the end of the node's warm-up (young windows are not evidence)."""
     if not warm:
         return ns
-    above = fault is not None and p >= floors.act(cfg, fault)
+    sbe_at = ns.sbe_at
+    if cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None:
+        sbe_at = now if s.sbe_now[i] else (sbe_at if sbe_at is not None and now - sbe_at <= cfg.hbm_recent_sbe_s
+                                           else None)
+    above = fault is not None and p >= floors.act(cfg, fault) and not (
+        fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
     above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
     high_since = (ns.high_since if ns.high_since is not None else now) if high else None
@@ -246,11 +252,11 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         rule_at, rule_fault = now, s.rule_fault_class(i)
     elif rule_at is not None and now - rule_at > window:
         rule_at, rule_fault = None, None
-    if (above_since, high_since, anomaly_at, rule_at, rule_fault) == (
-            ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault):
+    if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at) == (
+            ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault, ns.sbe_at):
         return ns
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
-                   rule_signal_at=rule_at, rule_signal_fault=rule_fault)
+                   rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at)
 
 
 def _strange_run(ns: NodeState, anomaly: float, now: float, level: float, cfg: PolicyConfig) -> NodeState:

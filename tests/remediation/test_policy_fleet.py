@@ -88,3 +88,31 @@ def test_a_burst_across_the_fleet_for_minutes_does_not_move_the_level():
     ticks = [fleet(quiet)] * 120 + [fleet(burst)] * 5 + [fleet([0.0005] * 39 + [0.8])] * 5
     out, st = run(ticks)
     assert [(x.node, x.action) for x in out if x.action is Action.DRAIN] == [("n39", Action.DRAIN)]
+
+
+def hbm(p: float, sbe: bool | None) -> NodeScores:
+    s = fleet([p], fault="hbm_ecc")
+    s.sbe_now = None if sbe is None else np.array([sbe])
+    return s
+
+
+SBE_GATE = CFG.model_copy(update={"hbm_recent_sbe_s": 300.0})
+
+
+def test_an_hbm_prediction_after_the_corrected_errors_stopped_does_not_act_with_the_recent_sbe_gate():
+    ticks = [hbm(0.05, True)] * 10 + [hbm(0.95, False)] * 20   # a burst, then the tail of its long window
+    out, _ = run(ticks, SBE_GATE)
+    assert [x.action for x in out if x.action is Action.DRAIN] == []
+    out, _ = run(ticks, CFG.model_copy(update={"hbm_recent_sbe_s": 0.0}))  # off: it drains
+    assert [x.action for x in out if x.action is Action.DRAIN][:1] == [Action.DRAIN]
+
+
+def test_an_hbm_prediction_with_errors_still_coming_acts_with_the_recent_sbe_gate():
+    ticks = [hbm(0.95, k % 3 == 0) for k in range(10)]         # intermittent: an error every 3 min
+    out, _ = run(ticks, SBE_GATE)
+    assert [x.action for x in out if x.action is Action.DRAIN] == [Action.DRAIN]
+
+
+def test_scores_without_the_sbe_signal_are_never_gated():
+    out, _ = run([hbm(0.95, None)] * 5, SBE_GATE)
+    assert [x.action for x in out if x.action is Action.DRAIN] == [Action.DRAIN]
