@@ -42,7 +42,8 @@ class NodeScores:
     anomaly: np.ndarray     # max anomaly level over the node's GPUs
     anomaly_row: np.ndarray
     anomaly_gpu: np.ndarray | None = None  # GPU index of the most anomalous GPU (None: not known)
-    #: whether the GPU with the highest p_fail logged corrected ECC errors in the short window (None: not known)
+    #: whether the GPU with the highest p_fail logged corrected ECC errors in the short window; True also where
+    #: its counter is missing (unknown is not quiet); None: not known for any node
     sbe_now: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -104,7 +105,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     follow_ups = np.array([r.follow_up for r in rules.rules] + [None], dtype=object)
     on_node = np.array([r.on_node for r in rules.rules] + [False])
     rule_gpu = np.where(on_node[rule], -1, batch.gpu[rule_row]).astype(int)  # evidence naming no GPU: the node
-    sbe = batch.column(SBE_NOW)[row] > 0 if SBE_NOW in batch.names else None
+    sbe = ~(batch.column(SBE_NOW)[row] <= 0) if SBE_NOW in batch.names else None  # NaN (no counter): True
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe)

@@ -144,15 +144,14 @@ class PolicyConfig(BaseModel):
         description="What a corroborated prediction's drain leads to once the node is idle, per fault class "
         "(hbm_ecc: reset when idle, to activate pending row remaps without killing the running job).")
     hbm_recent_sbe_s: float = Field(
-        600.0, ge=0,
-        description="An hbm_ecc prediction counts as above its threshold only while the predicted GPU logged "
-        "corrected ECC errors within this many telemetry seconds (0: off). The tail of a benign burst (errors "
-        "stopped, the long window still full of them, a remap pending) then never acts: on the tuning worlds the "
-        "model's p sat at 0.001-0.06 during such a 30 min burst and jumped to 0.9 the minute the errors stopped. "
-        "600 s, the HBM sustain: the errors must show within the time the prediction has to hold. Chosen on the "
-        "tuning worlds (301-304, home 11-12): 300, 600 and 900 s all gave 3 false drains instead of 4 (the burst "
-        "tail gone) and predictive recall 0.752 instead of 0.771 (two slow HBM faults whose errors go quiet for "
-        "long stretches are caught later, by rules). Scores without the signal (sbe_now None) are never gated.")
+        0.0, ge=0,
+        description="When > 0, an hbm_ecc prediction counts as above its threshold only while the predicted GPU "
+        "logged corrected ECC errors within this many telemetry seconds (a GPU whose counter is missing is never "
+        "gated), so the tail of a benign burst (errors stopped, the long window still full of them) does not act. "
+        "0 (off). On the tuning worlds 300, 600 and 900 s all gave 3 false drains instead of 4 and predictive "
+        "recall 0.752 instead of 0.771; judged once at 600 s it left the independent generator's 3 false hbm "
+        "drains in place (their errors were still coming) and cost predictive catches where SBE counters were "
+        "missing, which then read as quiet (fixed since; not re-judged): bench/results/robustness.md.")
     fleet_calibration: bool = Field(
         True,
         description="Fleet-relative calibration (research/robust-detection.md §1, §4): a prediction acts, "

@@ -187,6 +187,8 @@ def test_node_aggregation_says_whether_the_worst_gpu_logged_corrected_errors_thi
     (sc,) = score_batches(bundle, [batch])
     sc.p_fail[:] = [0.1, 0.9, 0.9, 0.1]           # a's worst GPU is 1 (errors), b's is 0 (none)
     assert aggregate(batch, sc, bundle.rules).sbe_now.tolist() == [True, False]
+    x[2, col("ecc_sbe_per_h_short")] = np.nan        # b's worst GPU reports no ECC counter: unknown, not quiet
+    assert aggregate(batch, sc, bundle.rules).sbe_now.tolist() == [True, True]
 
 
 def test_many_ticks_scored_at_once_equal_ticks_scored_one_by_one():
