@@ -45,6 +45,9 @@ class NodeScores:
     #: per node: its window is still filling on the worker that scored it (a node that just arrived there,
     #: e.g. after a rebalance): its prediction may alert but never act (None: every node is warm)
     cold: np.ndarray | None = None
+    #: whether the GPU with the highest p_fail logged corrected ECC errors in the short window; True also where
+    #: its counter is missing (unknown is not quiet); None: not known for any node
+    sbe_now: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.node)
@@ -65,6 +68,10 @@ class NodeScores:
         return [{"ts": self.ts, "node": str(self.node[i]), "p_fail": round(float(self.p_fail[i]), 4),
                  "fault": CLASSES[int(self.fault[i])], "gpu": int(self.gpu[i]),
                  "rule": int(self.rule[i]), "anomaly": round(float(self.anomaly[i]), 5)} for i in range(len(self))]
+
+
+#: the feature behind ``NodeScores.sbe_now``: corrected ECC errors in the short window
+SBE_NOW = "ecc_sbe_per_h_short"
 
 
 def score_batches(bundle: ModelBundle, batches: Sequence[FeatureBatch]) -> list[ScoreBatch]:
@@ -105,6 +112,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     follow_ups = np.array([r.follow_up for r in rules.rules] + [None], dtype=object)
     on_node = np.array([r.on_node for r in rules.rules] + [False])
     rule_gpu = np.where(on_node[rule], -1, batch.gpu[rule_row]).astype(int)  # evidence naming no GPU: the node
+    sbe = ~(batch.column(SBE_NOW)[row] <= 0) if SBE_NOW in batch.names else None  # NaN (no counter): True
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
-                      actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int))
+                      actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe)

@@ -57,6 +57,7 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
         "rule_follow_up": [f.value if f is not None else None for f in ns.rule_follow_up],
         "anomaly": np.round(ns.anomaly.astype(float), 7).tolist(),
         "anomaly_gpu": None if ns.anomaly_gpu is None else ns.anomaly_gpu.astype(int).tolist(),
+        "sbe_now": None if ns.sbe_now is None else ns.sbe_now.astype(bool).tolist(),
         "reasons": {k: dict(v) for k, v in (reasons or {}).items()},
     }
     if ns.cold is not None:
@@ -92,7 +93,8 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             np.array([FollowUp(f) if f is not None else None for f in m["rule_follow_up"]], object),
             np.array(m["anomaly"], float), idx,
             None if m.get("anomaly_gpu") is None else np.array(m["anomaly_gpu"], int),
-            None if m.get("cold") is None else np.array(m["cold"], bool))
+            cold=None if m.get("cold") is None else np.array(m["cold"], bool),
+            sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool))
         if ns.cold is not None and len(ns.cold) != n:
             raise ScoresFormatError(f"column 'cold' has {len(ns.cold)} values for {n} nodes")
     except ScoresFormatError:

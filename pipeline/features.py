@@ -108,8 +108,8 @@ def _build() -> tuple[tuple[str, str, str], ...]:
         f += [(f"net_{c}_per_min_{w}", "1/min", f"{c} per minute summed over the node's ports, {w} window{note}") for w in _W]
     f += [("net_ports_not_active_frac_short", "0-1", "fraction of the node's port samples not ACTIVE, short window"),
           ("net_ports", "count", "ports of the node reporting in the long window"),
-          ("net_port_down_after_active_s", "s", "longest time, over the node's ports ACTIVE earlier in the long "
-           "window, that a port has stayed not ACTIVE since (first to latest not-ACTIVE sample); 0 when none")]
+          ("net_port_down_after_active_s", "s", "longest time, over the node's ports seen ACTIVE before, that a port "
+           "has stayed not ACTIVE since (first to latest not-ACTIVE sample, however long ago); 0 when none")]
     # ---- second set: the same meaning on every fleet
     f += [(f"{stem}_excess_long", "ln ratio", f"{meaning}: ln((events + 1) / (own baseline x exposure + 1)) over "
            "the long window; 0 = what this GPU usually does") for stem, _, meaning in _BASELINE_STEMS]
@@ -351,7 +351,7 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     events, exposure = (wins[1][:, PORT_STATS[k]][:, _NET_ERR].T for k in ("cnt_delta", "cnt_dt"))
     worst[:, 2 * e:3 * e] = np.where(live[:, None], base.excess(order, events, exposure).T, np.nan)
     base.update(order, tick_end, *(wins[0][:, PORT_STATS[k]][:, _NET_ERR].T for k in ("cnt_delta", "cnt_dt")))
-    worst[:, 3 * e] = ports.down_after_active_s(reg.n, tick_end, ports.ring.n_buckets * ports.bucket_s)[order]
+    worst[:, 3 * e] = ports.down_after_active_s(reg.n)[order]
     starts = np.flatnonzero(np.r_[True, pnode[1:] != pnode[:-1]])  # a node's ports are contiguous in canonical order
     with np.errstate(invalid="ignore"):
         node_worst = np.fmax.reduceat(worst, starts, axis=0)  # NaN only where every port is NaN

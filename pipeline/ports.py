@@ -117,14 +117,18 @@ class PortWindowState:
         held = self.down_since_ts[lp[still]]
         self.down_since_ts[lp[still]] = np.where(np.isnan(held), down_at[still], held)
 
-    def down_after_active_s(self, n: int, tick_end: float, long_window_s: float) -> np.ndarray:
+    def down_after_active_s(self, n: int) -> np.ndarray:
         """Per port slot ``< n``: seconds from its first not-ACTIVE sample to its latest sample,
-        for ports seen ACTIVE within *long_window_s* before *tick_end* and not ACTIVE since;
-        0 for every other port (up, never ACTIVE, or ACTIVE too long ago)."""
+        for ports seen ACTIVE at some time and not ACTIVE since; 0 for every other port (up,
+        or never ACTIVE: unused).
+
+        The time keeps counting however long the port stays down: "went down at" is kept per
+        port until it is ACTIVE again, not read from the long window, so a dead port goes on
+        firing the port-down rule and a node held for it is not resumed while the port is dead.
+        """
         self.ensure(n)
-        active_lately = self.last_active_ts[:n] >= tick_end - long_window_s
-        down = np.where(active_lately, self.last_ts[:n] - self.down_since_ts[:n], np.nan)
-        return np.nan_to_num(np.maximum(down, 0.0), nan=0.0)
+        down = self.last_ts[:n] - self.down_since_ts[:n]  # NaN where up or never ACTIVE
+        return np.nan_to_num(np.maximum(np.where(np.isfinite(self.last_active_ts[:n]), down, np.nan), 0.0), nan=0.0)
 
     def windows(self, n: int, tick_end: float, n_short: int) -> tuple[np.ndarray, np.ndarray]:
         """Short- and long-window sums for port slots ``< n`` at *tick_end*."""

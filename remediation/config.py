@@ -143,6 +143,52 @@ class PolicyConfig(BaseModel):
         default_factory=lambda: dict(DEFAULT_FOLLOW_UPS),
         description="What a corroborated prediction's drain leads to once the node is idle, per fault class "
         "(hbm_ecc: reset when idle, to activate pending row remaps without killing the running job).")
+    hbm_recent_sbe_s: float = Field(
+        0.0, ge=0,
+        description="When > 0, an hbm_ecc prediction counts as above its threshold only while the predicted GPU "
+        "logged corrected ECC errors within this many telemetry seconds (a GPU whose counter is missing is never "
+        "gated), so the tail of a benign burst (errors stopped, the long window still full of them) does not act. "
+        "0 (off). On the tuning worlds 300, 600 and 900 s all gave 3 false drains instead of 4 and predictive "
+        "recall 0.752 instead of 0.771; judged once at 600 s it left the independent generator's 3 false hbm "
+        "drains in place (their errors were still coming) and cost predictive catches where SBE counters were "
+        "missing, which then read as quiet (fixed since; not re-judged): bench/results/robustness.md.")
+    fleet_calibration: bool = Field(
+        True,
+        description="Fleet-relative calibration (research/robust-detection.md §1, §4): a prediction acts, "
+        "and a prediction or the anomaly detector alerts, only when the node is ALSO an outlier against this "
+        "fleet's own recent level: its odds p/(1-p) at least fleet_odds_ratio (anomaly: fleet_anomaly_odds_ratio) "
+        "times the odds of the fleet's typical node (the fleet_quantile of nodes, per tick, taken every "
+        "fleet_step_s and the median over the last fleet_window_s). In a fleet whose background makes every "
+        "node's score high only the outliers act; on a fleet like the training worlds the absolute thresholds "
+        "bind. False: absolute thresholds only.")
+    fleet_min_nodes: int = Field(
+        16, ge=2,
+        description="A tick with fewer reporting nodes than this neither feeds nor uses the fleet level: a "
+        "small fleet has no reliable 'typical node', so it falls back to the absolute thresholds.")
+    fleet_quantile: float = Field(
+        0.5, gt=0, lt=1,
+        description="Which node is the fleet's 'typical' one each tick (0-1 over the nodes' scores): 0.5, the "
+        "median node, so the faulty minority never sets the level.")
+    fleet_step_s: float = Field(
+        300.0, gt=0, description="Telemetry seconds between two samples of the fleet level kept in the policy state.")
+    fleet_window_s: float = Field(
+        21600.0, gt=0,
+        description="The fleet level is the median of its samples over this many telemetry seconds (6 h: 72 "
+        "samples at most, a day's worth of background shifts slowly; a burst of a few minutes does not move it).")
+    fleet_odds_ratio: float = Field(
+        3000.0, ge=1,
+        description="A prediction needs odds p/(1-p) this many times the fleet level's to act or alert (and "
+        "still act_threshold / alert_threshold). Chosen on the tuning worlds only (301-304, home 11-12): the "
+        "largest round ratio whose floor stays under act_threshold on every tuning world's typical node (p "
+        "3e-4 to 7e-4: floor 0.47-0.68), so no action changes there (4 false, predictive recall 0.771 with or "
+        "without it) while prediction alerts no fault explains fell 138 -> 24. 5000 also kept the actions; "
+        "10000 cost 3 predictive catches (0.743), 30000 5 (0.724, 2 false fewer). A fleet whose typical node "
+        "reads p = 0.05 needs p >= 0.994.")
+    fleet_anomaly_odds_ratio: float = Field(
+        1000.0, ge=1,
+        description="The same gate for anomaly alerts, on the anomaly level's odds a/(1-a). Chosen like "
+        "fleet_odds_ratio: the tuning worlds' typical node reads a ~ 0.72-0.83 (odds 2.6-4.9), so 1000 keeps the "
+        "floor under anomaly_alert (odds 1e4) on each (13 anomaly alerts, as without; 10000 gave 8).")
     use_model: bool = Field(True, description="False: rules only (the reactive baseline).")
 
     @model_validator(mode="after")

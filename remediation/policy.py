@@ -36,6 +36,12 @@ Every decision carries its :class:`~collector.schema.Grade`:
    ``fleet_alerts_per_h`` fleet-wide are sent in any hour, and an episode held back
    by a cap is sent later, while still true, once the hour allows. An action on the
    node closes its episodes and clears its hourly count: what comes after it is a new story.
+
+With ``fleet_calibration`` every probability threshold of 3 and 4 (and the anomaly alert
+level) is also a *fleet-relative* one: the node must be an outlier against the fleet's own
+recent level (:class:`FleetLevel`), so a fleet whose background lifts every node's score
+acts only on its outliers. A tick with fewer than ``fleet_min_nodes`` nodes uses the
+absolute thresholds alone.
 """
 
 from __future__ import annotations
@@ -59,6 +65,63 @@ _ACTING = (Action.DRAIN, Action.RESET, Action.REQUEUE)
 PREDICTION_ALONE = Action.DRAIN
 #: the window of the alert rate limits, s
 RATE_WINDOW_S = 3600.0
+
+
+@dataclass(frozen=True)
+class FleetLevel:
+    """The fleet's typical node at one moment: its failure probability and anomaly level."""
+
+    ts: float
+    p: float
+    anomaly: float
+
+
+@dataclass(frozen=True)
+class Floors:
+    """This tick's fleet-relative floors (0: no floor): a probability or anomaly level under them
+    is not an outlier in this fleet, whatever its absolute value."""
+
+    p: float = 0.0
+    anomaly: float = 0.0
+    fleet_p: float = 0.0      # the fleet level they come from (for reasons)
+
+    def act(self, cfg: PolicyConfig, fault: FaultClass) -> float:
+        return max(cfg.threshold_for(fault), self.p)
+
+    def reason(self, cfg: PolicyConfig, fault: FaultClass) -> str:
+        """Why a prediction acts although the fleet's floor is above the absolute threshold ("" when not)."""
+        return (f"; an outlier in this fleet (typical node p {self.fleet_p:.3g}: acting needs p >= {self.p:.3f})"
+                if self.p > cfg.threshold_for(fault) else "")
+
+
+def _raise_odds(level: float, ratio: float) -> float:
+    """The probability whose odds are *ratio* times those of *level* (0-1)."""
+    if level >= 1.0:
+        return 1.0
+    o = ratio * level / (1.0 - level)
+    return o / (1.0 + o)
+
+
+def fleet_levels(scores: NodeScores, p: np.ndarray, anomaly: np.ndarray, levels: tuple[FleetLevel, ...],
+                 now: float, cfg: PolicyConfig) -> tuple[tuple[FleetLevel, ...], Floors]:
+    """The kept fleet levels after this tick, and this tick's floors.
+
+    A level is sampled every ``fleet_step_s`` from a tick with at least ``fleet_min_nodes``
+    nodes (the ``fleet_quantile`` node's p and anomaly), and kept ``fleet_window_s``: at most
+    window/step samples. The floors come from the median of the kept samples; a small tick,
+    or none kept yet, gives no floor (absolute thresholds only).
+    """
+    if not cfg.fleet_calibration or not cfg.use_model:
+        return levels, Floors()
+    levels = tuple(x for x in levels if now - x.ts < cfg.fleet_window_s)
+    if len(scores) < cfg.fleet_min_nodes:
+        return levels, Floors()
+    if not levels or now - levels[-1].ts >= cfg.fleet_step_s:
+        levels += (FleetLevel(now, float(np.quantile(p, cfg.fleet_quantile)),
+                              float(np.quantile(anomaly, cfg.fleet_quantile))),)
+    fp = float(np.median([x.p for x in levels]))
+    fa = float(np.median([x.anomaly for x in levels]))
+    return levels, Floors(_raise_odds(fp, cfg.fleet_odds_ratio), _raise_odds(fa, cfg.fleet_anomaly_odds_ratio), fp)
 
 
 @dataclass(frozen=True)
@@ -109,6 +172,7 @@ class NodeState:
     held_fault: FaultClass | None = None
     healthy_since: float | None = None
     predicted_action_at: float | None = None  # last action taken on a prediction (retry cap)
+    sbe_at: float | None = None             # the predicted GPU last logged corrected ECC errors (hbm_recent_sbe_s)
     episodes: tuple[AlertEpisode, ...] = ()
     alert_times: tuple[float, ...] = ()       # alerts sent in the last RATE_WINDOW_S
 
@@ -122,6 +186,8 @@ class PolicyState:
     first_seen: dict[str, float] = field(default_factory=dict)
     #: alerts sent fleet-wide in the last RATE_WINDOW_S
     fleet_alert_times: tuple[float, ...] = ()
+    #: the fleet's typical node, sampled (fleet calibration): at most fleet_window_s / fleet_step_s
+    fleet_levels: tuple[FleetLevel, ...] = ()
 
     def held(self) -> list[str]:
         return [n for n, s in self.nodes.items() if s.held_since is not None]
@@ -148,27 +214,34 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
     if new:
         first_seen = {**first_seen, **dict.fromkeys(new, now)}
     fleet = [t for t in state.fleet_alert_times if now - t < RATE_WINDOW_S]
+    levels, floors = fleet_levels(scores, p, anomaly, state.fleet_levels, now, cfg)
     out: list[Decision] = []
     for i in sorted(idx):
         name = str(scores.node[i])
         ns = nodes.get(name, NodeState())
         seen_s = now - first_seen[name]
-        ns, d = _decide_node(i, name, ns, scores, float(p[i]), float(anomaly[i]), now, seen_s, cfg, explain, fleet)
+        ns, d = _decide_node(i, name, ns, scores, float(p[i]), float(anomaly[i]), now, seen_s, cfg, explain, fleet,
+                             floors)
         out.extend(d)
         if ns == NodeState():
             nodes.pop(name, None)
         else:
             nodes[name] = ns
-    return out, PolicyState(nodes, first_seen, tuple(fleet))
+    return out, PolicyState(nodes, first_seen, tuple(fleet), levels)
 
 
 def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault: FaultClass | None,
-           rule_acts: bool, warm: bool, now: float, cfg: PolicyConfig) -> NodeState:
+           rule_acts: bool, warm: bool, now: float, cfg: PolicyConfig, floors: Floors) -> NodeState:
     """The evidence timers after this tick: sustained probabilities and second signals, all
     counted from the end of the node's warm-up (young windows are not evidence)."""
     if not warm:
         return ns
-    above = fault is not None and p >= cfg.threshold_for(fault)
+    sbe_at = ns.sbe_at
+    if cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None:
+        sbe_at = now if s.sbe_now[i] else (sbe_at if sbe_at is not None and now - sbe_at <= cfg.hbm_recent_sbe_s
+                                           else None)
+    above = fault is not None and p >= floors.act(cfg, fault) and not (
+        fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
     above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
     high_since = (ns.high_since if ns.high_since is not None else now) if high else None
@@ -181,18 +254,19 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         rule_at, rule_fault = now, s.rule_fault_class(i)
     elif rule_at is not None and now - rule_at > window:
         rule_at, rule_fault = None, None
-    if (above_since, high_since, anomaly_at, rule_at, rule_fault) == (
-            ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault):
+    if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at) == (
+            ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault, ns.sbe_at):
         return ns
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
-                   rule_signal_at=rule_at, rule_signal_fault=rule_fault)
+                   rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at)
 
 
-def _strange_run(ns: NodeState, anomaly: float, now: float, cfg: PolicyConfig) -> NodeState:
-    """The run of consecutive ticks whose anomaly level reaches ``anomaly_alert``: a tick below it
+def _strange_run(ns: NodeState, anomaly: float, now: float, level: float, cfg: PolicyConfig) -> NodeState:
+    """The run of consecutive ticks whose anomaly level reaches *level* (``anomaly_alert`` or the fleet's
+    floor, the higher): a tick below it
     ends the run, and so does a gap longer than ``anomaly_gap_s`` (ticks the policy did not visit
     this node were not strange), so a stale run never reads as a sustained one."""
-    if anomaly < cfg.anomaly_alert:
+    if anomaly < level:
         return ns if ns.strange_since is None else replace(ns, strange_since=None, strange_last=None)
     fresh = ns.strange_last is None or now - ns.strange_last > cfg.anomaly_gap_s
     return replace(ns, strange_since=now if fresh else ns.strange_since, strange_last=now)
@@ -219,7 +293,7 @@ def _hard(cfg: PolicyConfig, fault: FaultClass) -> tuple[Action, FollowUp | None
 
 def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, now: float,
                  seen_s: float, cfg: PolicyConfig, explain: Explain,
-                 fleet: list[float]) -> tuple[NodeState, list[Decision]]:
+                 fleet: list[float], floors: Floors) -> tuple[NodeState, list[Decision]]:
     rule = int(s.rule[i])
     rule_action = s.rule_action[i] if rule >= 0 else None
     rule_acts = rule_action in _ACTING
@@ -228,11 +302,12 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     warm = seen_s >= cfg.model_warmup_s and not cold
     if cold and ns.held_since is not None:
         return ns, []  # a young window neither escalates a held node nor counts towards its resume
-    ns = _track(ns, s, i, p, anomaly, fault, rule_acts, warm, now, cfg)
-    ns = _strange_run(ns, anomaly, now, cfg)
+    ns = _track(ns, s, i, p, anomaly, fault, rule_acts, warm, now, cfg, floors)
+    anomaly_level = max(cfg.anomaly_alert, floors.anomaly)
+    ns = _strange_run(ns, anomaly, now, anomaly_level, cfg)
     if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
         if (ns.held_grade is Grade.PREDICTED and fault is not None and fault is ns.held_fault
-                and p >= cfg.threshold_for(fault)):
+                and p >= floors.act(cfg, fault)):
             action, follow_up = _hard(cfg, fault)
             why = _corroboration(ns, fault, anomaly, now, cfg)
             if why is not None and action in _ACTING and (action is not PREDICTION_ALONE or follow_up is not None):
@@ -263,17 +338,18 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
             grade = Grade.CORROBORATED if why is not None else Grade.PREDICTED
             if why is None:
                 action, follow_up = PREDICTION_ALONE, None
-            reason = explain(i, "model") + (f"; corroborated: {why}" if why else "")
+            reason = explain(i, "model") + floors.reason(cfg, fault) + (f"; corroborated: {why}" if why else "")
             held = now if action in (Action.DRAIN, Action.RESET) else None
             return replace(ns, held_since=held, held_grade=grade if held is not None else None, held_fault=fault,
                            healthy_since=None, predicted_action_at=now, episodes=(), alert_times=()), [
                 Decision(now, name, int(s.gpu[i]), action, fault, p, reason, "model", grade, follow_up)]
-    return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, cfg, explain, fleet)
+    return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, cfg, explain, fleet,
+                   max(cfg.alert_threshold, floors.p), anomaly_level)
 
 
 def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, fault: FaultClass | None,
             rule: int, now: float, seen_s: float, warm: bool, retried: bool, cfg: PolicyConfig, explain: Explain,
-            fleet: list[float]) -> tuple[NodeState, list[Decision]]:
+            fleet: list[float], alert_level: float, anomaly_level: float) -> tuple[NodeState, list[Decision]]:
     """4. tell a person: one alert per episode of (part, signal), within the node and fleet caps.
 
     The model's probability is the node's (its worst GPU, which may change from tick to tick),
@@ -283,9 +359,9 @@ def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: 
     true: list[tuple[int | None, str, str, int | None]] = []   # (part, signal, source, GPU) true this tick
     if rule >= 0 and s.rule_action[i] is Action.ALERT:
         true.append((int(s.rule_gpu[i]), f"rule:{rule}", "rule", int(s.rule_gpu[i])))
-    if p >= cfg.alert_threshold:
+    if p >= alert_level:
         true.append((None, f"p_fail:{fault.value if fault else 'unknown'}", "model", int(s.gpu[i])))
-    if anomaly >= cfg.anomaly_alert and warm and ns.strange_since is not None and (
+    if anomaly >= anomaly_level and warm and ns.strange_since is not None and (
             now - ns.strange_since >= cfg.anomaly_sustain_s):  # young windows make any GPU look strange
         gpu = None if s.anomaly_gpu is None else int(s.anomaly_gpu[i])
         true.append((gpu, "anomaly", "anomaly", gpu))

@@ -179,6 +179,18 @@ def test_node_aggregation_takes_the_worst_gpu_and_the_first_rule():
     assert [a.value for a in ns.rule_action] == ["drain", "reset"]
 
 
+def test_node_aggregation_says_whether_the_worst_gpu_logged_corrected_errors_this_minute():
+    x = np.zeros((4, F), np.float32)
+    x[1, col("ecc_sbe_per_h_short")] = 120.0
+    batch = FeatureBatch(60.0, np.array(["a", "a", "b", "b"], object), np.array([0, 1, 0, 1], np.int16), x)
+    bundle = ModelBundle.rules_only()
+    (sc,) = score_batches(bundle, [batch])
+    sc.p_fail[:] = [0.1, 0.9, 0.9, 0.1]           # a's worst GPU is 1 (errors), b's is 0 (none)
+    assert aggregate(batch, sc, bundle.rules).sbe_now.tolist() == [True, False]
+    x[2, col("ecc_sbe_per_h_short")] = np.nan        # b's worst GPU reports no ECC counter: unknown, not quiet
+    assert aggregate(batch, sc, bundle.rules).sbe_now.tolist() == [True, True]
+
+
 def test_many_ticks_scored_at_once_equal_ticks_scored_one_by_one():
     x, y = _toy(600)
     clf = FailureClassifier(FEATURE_NAMES, max_iter=10).fit(x, y, x_val=x, y_val=y)

@@ -150,3 +150,25 @@ def test_a_rule_requiring_an_unknown_feature_fails_at_load():
     bad = Rule("x", "row_remap_pending", 0, FaultClass.HBM_ECC, Action.DRAIN, "x", requires=(("nope", 0),))
     with pytest.raises(Exception, match="nope"):
         RulesDetector(FEATURE_NAMES, (bad,))
+
+
+def test_a_node_held_for_a_dead_port_is_not_resumed_while_the_port_stays_down():
+    samples = 3 * 360  # 3 h at 10 s; the port goes down after 10 min and stays down
+    gpu = _healthy(1, samples)
+    ts = T0 + 10.0 * np.arange(samples) + 0.5
+    net = pd.DataFrame({"ts": ts, "node": "n000", "device": "mlx5_0", "port": np.ones(samples, np.int16),
+                        "link_state": np.where(np.arange(samples) < 60, "ACTIVE", "DOWN")})
+    pipe = FeaturePipeline(PipelineSettings(cadence_s=60, bucket_s=60, short_window_s=60, long_window_s=1800))
+    pipe.ingest_frames(gpu, net)
+    bundle = ModelBundle.rules_only()
+    cfg = PolicyConfig(model_warmup_s=0)  # held >= min_hold_s (1 h) and healthy for 30 min would resume it
+    state, decisions, fired = PolicyState(), [], []
+    for batch in pipe.flush():
+        (sc,) = score_batches(bundle, [batch])
+        ns = aggregate(batch, sc, bundle.rules)
+        fired.append(int(ns.rule[0]))
+        d, state = decide(ns, state, batch.ts, cfg, lambda i, source: source)
+        decisions += d
+    assert [(d.action, d.source) for d in decisions] == [(Action.DRAIN, "rule")]
+    assert bundle.rules.rules[fired[-1]].name == "ib_port_not_active"
+    assert state.held() == ["n000"]

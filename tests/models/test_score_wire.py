@@ -19,7 +19,7 @@ def tick() -> NodeScores:
                       np.array([-1, 2, -1]), np.array([-1, 7, -1]), idx, np.array([0, class_index("hbm_ecc"), 0], np.int8),
                       np.array([None, Action.DRAIN, None], object),
                       np.array([None, FollowUp.RESET_WHEN_IDLE, None], object), np.array([0.5, 0.99999, 0.2]), idx,
-                      np.array([3, 7, 0]))
+                      np.array([3, 7, 0]), np.array([False, True, False]))
 
 
 def test_a_tick_of_scores_and_its_reasons_survive_the_round_trip():
@@ -27,7 +27,7 @@ def test_a_tick_of_scores_and_its_reasons_survive_the_round_trip():
     raw = encode_scores(ns, {"b": {"rule": "row remap pending"}}, worker="w1", rule_names=["x", "y", "remap"])
     back, reasons, msg = decode_scores(raw)
     for f in ("node", "p_fail", "fault", "gpu", "rule", "rule_gpu", "rule_fault", "rule_action", "rule_follow_up",
-              "anomaly", "anomaly_gpu"):
+              "anomaly", "anomaly_gpu", "sbe_now"):
         assert list(getattr(back, f)) == list(getattr(ns, f)), f
     assert back.ts == 1234.5 and msg["worker"] == "w1" and msg["rule_name"] == [None, "remap", None]
     explain = explain_from(back, reasons)

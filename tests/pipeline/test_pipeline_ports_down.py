@@ -54,3 +54,17 @@ def test_a_node_without_ports_has_no_port_down_time():
     pipe = FeaturePipeline(SETTINGS)
     pipe.ingest_frames(gpu_frame(Fleet(nodes=1, gpus=2, samples=12, interval_s=10.0)))
     assert np.isnan(pipe.flush()[0].to_frame()["net_port_down_after_active_s"]).all()
+
+
+def test_a_port_down_longer_than_the_long_window_keeps_counting():
+    k = int(600 / 15.0)  # 10 min ACTIVE, then down for 2 h: four long windows with no ACTIVE sample
+    down = _down_s(["ACTIVE"] * k + ["DOWN"] * (12 * k), 15.0)
+    assert down.iloc[-1] == pytest.approx(7200 - 15.0)
+    assert down.is_monotonic_increasing
+
+
+def test_a_port_that_comes_back_after_hours_down_stops_counting():
+    k = int(600 / 15.0)
+    down = _down_s(["ACTIVE"] * k + ["DOWN"] * (6 * k) + ["ACTIVE"] * k, 15.0)
+    assert down.max() >= 3600 - 15.0
+    assert down.iloc[-1] == 0

@@ -1,0 +1,118 @@
+"""Fleet-relative calibration: in a fleet whose background lifts every node's score, only outliers act or alert."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collector.schema import Action
+from models.base import class_index
+from models.node_scores import NodeScores
+from remediation.config import PolicyConfig
+from remediation.policy import PolicyState, decide, fleet_levels
+
+CFG = PolicyConfig(act_threshold=0.7, act_sustain_s=60, alert_threshold=0.3, min_hold_s=600, resume_after_s=300,
+                   clear_threshold=0.1, model_warmup_s=0, corroborate_threshold=0.9, corroborate_sustain_s=600,
+                   act_sustain_s_by_fault={}, anomaly_sustain_s=0, fleet_min_nodes=16)
+
+
+def fleet(p: list[float], anomaly: list[float] | None = None, fault: str = "ib_link") -> NodeScores:
+    n = len(p)
+    idx = np.arange(n)
+    return NodeScores(0.0, np.array([f"n{i:02d}" for i in range(n)], object), np.array(p, float),
+                      np.full(n, class_index(fault), np.int8), idx, idx, np.full(n, -1), idx, idx,
+                      np.zeros(n, np.int8), np.array([None] * n, object), np.array([None] * n, object),
+                      np.array(anomaly if anomaly is not None else [0.0] * n, float), idx, np.zeros(n, int))
+
+
+def run(ticks: list[NodeScores], cfg: PolicyConfig = CFG) -> tuple[list, PolicyState]:
+    st, out = PolicyState(), []
+    for k, s in enumerate(ticks):
+        d, st = decide(s, st, 60.0 * k, cfg, lambda i, source: source)
+        out += d
+    return out, st
+
+
+def test_in_a_fleet_whose_typical_node_reads_high_a_node_at_the_absolute_threshold_does_not_act():
+    p = [0.1] * 39 + [0.8]                         # every node reads 0.1: 0.8 is background here, not an outlier
+    out, _ = run([fleet(p)] * 10)
+    assert out == []
+
+
+def test_in_the_same_fleet_a_clear_outlier_still_acts_and_says_why():
+    p = [0.1] * 39 + [0.99999]
+    out, _ = run([fleet(p)] * 10)
+    drains = [x for x in out if x.action is Action.DRAIN]
+    assert [(x.node, x.action) for x in drains] == [("n39", Action.DRAIN)]
+    assert "an outlier in this fleet" in drains[0].reason
+
+
+def test_in_a_quiet_fleet_the_absolute_threshold_binds_as_before():
+    p = [0.0005] * 39 + [0.8]
+    out, _ = run([fleet(p)] * 10)
+    assert [(x.node, x.action) for x in out if x.action is Action.DRAIN] == [("n39", Action.DRAIN)]
+    assert all("outlier" not in x.reason for x in out)
+
+
+def test_a_small_fleet_falls_back_to_the_absolute_thresholds():
+    p = [0.1] * 7 + [0.8]                          # 8 nodes < fleet_min_nodes: no typical node to compare with
+    out, st = run([fleet(p)] * 10)
+    assert [(x.node, x.action) for x in out if x.action is Action.DRAIN] == [("n07", Action.DRAIN)]
+    assert st.fleet_levels == ()
+
+
+def test_turned_off_it_acts_on_the_absolute_threshold_alone():
+    p = [0.1] * 39 + [0.8]
+    out, _ = run([fleet(p)] * 10, CFG.model_copy(update={"fleet_calibration": False}))
+    assert [(x.node, x.action) for x in out if x.action is Action.DRAIN] == [("n39", Action.DRAIN)]
+
+
+def test_anomaly_alerts_go_only_to_nodes_strange_against_the_fleets_own_level():
+    a = [0.99] * 38 + [0.99995, 0.9999999]        # the whole fleet is strange to the training world
+    out, _ = run([fleet([0.0] * 40, a)] * 5)
+    assert [(x.node, x.source) for x in out] == [("n39", "anomaly")]
+
+
+def test_the_fleet_level_is_sampled_every_step_and_kept_for_the_window_only():
+    cfg = CFG.model_copy(update={"fleet_step_s": 300.0, "fleet_window_s": 3600.0})
+    levels = ()
+    for k in range(200):                           # 200 min at 60 s
+        levels, floors = fleet_levels(fleet([0.01] * 20), np.full(20, 0.01), np.zeros(20), levels, 60.0 * k, cfg)
+    assert len(levels) == 12                       # window / step: bounded, whatever the run's length
+    assert all(60.0 * 199 - x.ts < 3600 for x in levels)
+    assert floors.p == pytest.approx(3000 * 0.01 / 0.99 / (1 + 3000 * 0.01 / 0.99))
+
+
+def test_a_burst_across_the_fleet_for_minutes_does_not_move_the_level():
+    quiet, burst = [0.0005] * 40, [0.2] * 40
+    ticks = [fleet(quiet)] * 120 + [fleet(burst)] * 5 + [fleet([0.0005] * 39 + [0.8])] * 5
+    out, st = run(ticks)
+    assert [(x.node, x.action) for x in out if x.action is Action.DRAIN] == [("n39", Action.DRAIN)]
+
+
+def hbm(p: float, sbe: bool | None) -> NodeScores:
+    s = fleet([p], fault="hbm_ecc")
+    s.sbe_now = None if sbe is None else np.array([sbe])
+    return s
+
+
+SBE_GATE = CFG.model_copy(update={"hbm_recent_sbe_s": 300.0})
+
+
+def test_an_hbm_prediction_after_the_corrected_errors_stopped_does_not_act_with_the_recent_sbe_gate():
+    ticks = [hbm(0.05, True)] * 10 + [hbm(0.95, False)] * 20   # a burst, then the tail of its long window
+    out, _ = run(ticks, SBE_GATE)
+    assert [x.action for x in out if x.action is Action.DRAIN] == []
+    out, _ = run(ticks, CFG.model_copy(update={"hbm_recent_sbe_s": 0.0}))  # off: it drains
+    assert [x.action for x in out if x.action is Action.DRAIN][:1] == [Action.DRAIN]
+
+
+def test_an_hbm_prediction_with_errors_still_coming_acts_with_the_recent_sbe_gate():
+    ticks = [hbm(0.95, k % 3 == 0) for k in range(10)]         # intermittent: an error every 3 min
+    out, _ = run(ticks, SBE_GATE)
+    assert [x.action for x in out if x.action is Action.DRAIN] == [Action.DRAIN]
+
+
+def test_scores_without_the_sbe_signal_are_never_gated():
+    out, _ = run([hbm(0.95, None)] * 5, SBE_GATE)
+    assert [x.action for x in out if x.action is Action.DRAIN] == [Action.DRAIN]
