@@ -19,7 +19,7 @@ def tick() -> NodeScores:
                       np.array([-1, 2, -1]), np.array([-1, 7, -1]), idx, np.array([0, class_index("hbm_ecc"), 0], np.int8),
                       np.array([None, Action.DRAIN, None], object),
                       np.array([None, FollowUp.RESET_WHEN_IDLE, None], object), np.array([0.5, 0.99999, 0.2]), idx,
-                      np.array([3, 7, 0]), np.array([False, True, False]))
+                      np.array([3, 7, 0]), sbe_now=np.array([False, True, False]))
 
 
 def test_a_tick_of_scores_and_its_reasons_survive_the_round_trip():
