@@ -20,6 +20,11 @@ spec/telemetry.md filled (gauges with noise, counters that grow).
    (A sample early in a tick also waits for the tick to end: cadence + lateness, set by
    config, not by processing.)
 
+``--samples-per-message N`` (with ``--interval 1``): each message holds N samples per GPU and
+port, one message per node per N intervals, as an agent with ``publish_every_ticks=N`` sends;
+the latency run then sets ``allowed_lateness_s`` to the batch span and measures from the closing
+sample's sampling time, so the agent's hold is included.
+
 Usage::
 
     python bench/bench_live.py --bootstrap 127.0.0.1:19092 --write bench/results/live.md
