@@ -20,6 +20,11 @@ spec/telemetry.md filled (gauges with noise, counters that grow).
    (A sample early in a tick also waits for the tick to end: cadence + lateness, set by
    config, not by processing.)
 
+``--samples-per-message N`` (with ``--interval 1``): each message holds N samples per GPU and
+port, one message per node per N intervals, as an agent with ``publish_every_ticks=N`` sends;
+the latency run then sets ``allowed_lateness_s`` to the batch span and measures from the closing
+sample's sampling time, so the agent's hold is included.
+
 Usage::
 
     python bench/bench_live.py --bootstrap 127.0.0.1:19092 --write bench/results/live.md
@@ -70,25 +75,40 @@ class FleetMessages:
         self.ib = {c: np.zeros((nodes, PORTS)) for c in IB_COUNTERS}
         self.bus_ids = [f"0000:{0x18 + g:02x}:00.0" for g in range(GPUS)]
 
-    def tick(self, ts: float, wire_format: str) -> list[tuple[str, bytes]]:
+    def tick(self, ts: float, wire_format: str, samples: int = 1, interval: float = 10.0) -> list[tuple[str, bytes]]:
+        """One message per node holding *samples* samples per GPU and port, the last at *ts*, *interval* apart
+        (what an agent with ``publish_every_ticks=samples`` sends)."""
         n = len(self.nodes)
-        gauges = {c: self.rng.uniform(20, 90, (n, GPUS)).round(1) for c in GAUGES}
-        gauges["throttle_reasons"] = np.zeros((n, GPUS))  # a healthy fleet: no fault counter moves
-        gauges["row_remap_pending"] = gauges["row_remap_failure"] = np.zeros((n, GPUS))
-        for c in self.counters:
-            if "energy" in c:
-                self.counters[c] += self.rng.uniform(5e3, 7e3, (n, GPUS)).round()
-        for c in ("port_xmit_data", "port_rcv_data"):
-            if c in self.ib:
-                self.ib[c] += self.rng.uniform(1e9, 2e9, (n, PORTS)).round()
+        times = [ts - (samples - 1 - j) * interval for j in range(samples)]
+        gauges = {c: np.empty((n, samples, GPUS)) for c in GAUGES}
+        counters = {c: np.empty((n, samples, GPUS)) for c in self.counters}
+        ib = {c: np.empty((n, samples, PORTS)) for c in self.ib}
+        for j in range(samples):
+            for c in GAUGES:
+                gauges[c][:, j] = self.rng.uniform(20, 90, (n, GPUS)).round(1)
+            for c in ("throttle_reasons", "row_remap_pending", "row_remap_failure"):
+                gauges[c][:, j] = 0.0  # a healthy fleet: no fault counter moves
+            for c in self.counters:
+                if "energy" in c:
+                    self.counters[c] += self.rng.uniform(5e3, 7e3, (n, GPUS)).round()
+                counters[c][:, j] = self.counters[c]
+            for c in self.ib:
+                if c in ("port_xmit_data", "port_rcv_data"):
+                    self.ib[c] += self.rng.uniform(1e9, 2e9, (n, PORTS)).round()
+                ib[c][:, j] = self.ib[c]
+        gpu_ts = np.repeat(times, GPUS).tolist()
+        gpu_idx = list(range(GPUS)) * samples
+        bus = self.bus_ids * samples
+        net_ts = np.repeat(times, PORTS).tolist()
+        devs = [f"mlx5_{p}" for p in range(PORTS)] * samples
         out = []
         for i, node in enumerate(self.nodes):
-            gpu = {"ts": [ts] * GPUS, "gpu": list(range(GPUS)), "pci_bus_id": self.bus_ids}
-            gpu.update({c: v[i].tolist() for c, v in gauges.items()})
-            gpu.update({c: v[i].tolist() for c, v in self.counters.items()})
-            net = {"ts": [ts] * PORTS, "device": [f"mlx5_{p}" for p in range(PORTS)], "port": [1] * PORTS,
-                   "link_state": ["ACTIVE"] * PORTS, "rate_gbps": [400.0] * PORTS}
-            net.update({c: v[i].tolist() for c, v in self.ib.items()})
+            gpu = {"ts": gpu_ts, "gpu": gpu_idx, "pci_bus_id": bus}
+            gpu.update({c: v[i].ravel().tolist() for c, v in gauges.items()})
+            gpu.update({c: v[i].ravel().tolist() for c, v in counters.items()})
+            net = {"ts": net_ts, "device": devs, "port": [1] * len(devs),
+                   "link_state": ["ACTIVE"] * len(devs), "rate_gbps": [400.0] * len(devs)}
+            net.update({c: v[i].ravel().tolist() for c, v in ib.items()})
             out.append((node, encode_telemetry_as(TelemetryMessage(node, ts, gpu, net), wire_format)))
         return out
 
@@ -142,9 +162,10 @@ def throughput(args: argparse.Namespace, wire_format: str, slow_crc: bool) -> di
     producer = agent_producer(args.bootstrap)
     n_msgs, n_bytes, encode_s = 0, 0, 0.0
     p0 = time.perf_counter()
-    for k in range(int(args.minutes * 60 / args.interval)):
+    n_per = args.samples_per_message
+    for k in range(int(args.minutes * 60 / (args.interval * n_per))):
         e0 = time.perf_counter()
-        msgs = fleet.tick(t0 + k * args.interval, wire_format)
+        msgs = fleet.tick(t0 + (k + 1) * n_per * args.interval - args.interval, wire_format, n_per, args.interval)
         encode_s += time.perf_counter() - e0
         for node, raw in msgs:
             producer.send(topic, key=node.encode(), value=raw)
@@ -174,21 +195,23 @@ def throughput(args: argparse.Namespace, wire_format: str, slow_crc: bool) -> di
         worker.close()
     samples = worker.counters.samples - first
     return {"format": wire_format, "crc": "pure Python" if slow_crc else "crc32c (C)", "messages": n_msgs,
+            "per_msg": n_per, "late_rows": worker.pipeline.counts.late_rows,
             "bytes_per_msg": n_bytes / n_msgs, "samples": samples, "wall_s": wall, "cpu_s": cpu,
             "samples_per_s": samples / wall, "samples_per_cpu_s": samples / cpu, "ticks": worker.counters.ticks,
             "produce_msgs_per_s": n_msgs / produce_s, "encode_ms_per_msg": encode_s / n_msgs * 1e3}
 
 
-def _paced_producer(bootstrap: str, topic: str, nodes: int, interval: float, seconds: float, fmt: str) -> None:
+def _paced_producer(bootstrap: str, topic: str, nodes: int, interval: float, seconds: float, fmt: str,
+                    per_msg: int = 1) -> None:
     fleet = FleetMessages(nodes, seed=1)
     producer = agent_producer(bootstrap)
     start = time.time()
     k = 0
     while time.time() - start < seconds:
-        due = start + k * interval
+        due = start + k * interval * per_msg
         time.sleep(max(0.0, due - time.time()))
-        now = time.time()
-        for node, raw in fleet.tick(now, fmt):
+        now = time.time()  # samples taken every interval up to now, held and sent as one message per node
+        for node, raw in fleet.tick(now, fmt, per_msg, interval):
             producer.send(topic, key=node.encode(), value=raw)
         producer.flush()
         k += 1
@@ -201,8 +224,10 @@ def latency(args: argparse.Namespace, wire_format: str) -> dict:
     topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
     make_topic(args.bootstrap, topic, args.partitions)
     make_topic(args.bootstrap, f"{topic}.scores", 1)
+    per_msg = args.samples_per_message
+    lateness = latency_lateness(args)
     settings = sized(PipelineSettings(cadence_s=5, bucket_s=5, short_window_s=5, long_window_s=60,
-                                      allowed_lateness_s=1, poll_timeout_s=0.05), args.nodes)
+                                      allowed_lateness_s=lateness, poll_timeout_s=0.05), args.nodes)
     topics = StreamTopics(telemetry=topic, events=f"{topic}.events", deadletter=f"{topic}.dlq")
     bus = KafkaBus(args.bootstrap, f"bench-{uuid.uuid4().hex[:8]}", (topic,), auto_offset_reset="latest")
     worker = ScoringWorker(bus, BUNDLE, settings, PolicyConfig(), worker_id="bench", topics=topics,
@@ -231,7 +256,7 @@ def latency(args: argparse.Namespace, wire_format: str) -> dict:
     t = threading.Thread(target=engine_loop, daemon=True)
     t.start()
     prod = mp.get_context("spawn").Process(target=_paced_producer, args=(
-        args.bootstrap, topic, args.nodes, args.latency_interval, args.latency_s, wire_format))
+        args.bootstrap, topic, args.nodes, args.latency_interval, args.latency_s, wire_format, per_msg))
     prod.start()
     end = time.time() + args.latency_s + 3 * settings.cadence_s
     while time.time() < end:
@@ -247,24 +272,35 @@ def latency(args: argparse.Namespace, wire_format: str) -> dict:
     to_dec = np.array([decided[ts] - closing[ts] for ts in sorted(decided)][1:])
     pct = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")  # noqa: E731
     return {"format": wire_format, "ticks": len(to_dec), "samples_per_s": args.nodes * GPUS / args.latency_interval,
+            "per_msg": per_msg, "lateness": lateness, "late_rows": worker.pipeline.counts.late_rows,
             "pub_p50": pct(to_pub, 50), "pub_p99": pct(to_pub, 99), "dec_p50": pct(to_dec, 50),
             "dec_p99": pct(to_dec, 99), "dec_max": float(to_dec.max()) if len(to_dec) else float("nan")}
+
+
+def latency_lateness(args: argparse.Namespace) -> float:
+    """Allowed lateness of the latency run: 1 s, or the batch span when messages hold several samples."""
+    return max(1.0, args.samples_per_message * args.latency_interval)
 
 
 def render(args: argparse.Namespace, rows: list[dict], lat: list[dict]) -> str:
     today = dt.date.today().isoformat()
     out = [f"### {today} — {platform.node() or 'vm'}, Python {platform.python_version()}, {os.cpu_count()} cores",
-           f"{args.nodes} nodes × {GPUS} GPUs × {PORTS} IB ports, one message per node per {args.interval:g} s, "
+           f"{args.nodes} nodes × {GPUS} GPUs × {PORTS} IB ports, sampled every {args.interval:g} s, "
+           f"{args.samples_per_message} sample(s) per GPU per message (one message per node per "
+           f"{args.interval * args.samples_per_message:g} s), "
            f"{args.minutes:g} min of telemetry, topic of {args.partitions} partitions; shipped model; one process",
            "", "| wire format | CRC32C check | message bytes | GPU samples | wall s | GPU samples/s | "
-           "samples/CPU-s | ticks | producer msgs/s (lz4) | encode ms/msg |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "samples/CPU-s | ticks | late rows | producer msgs/s (lz4) | encode ms/msg |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['format']} | {r['crc']} | {r['bytes_per_msg']:,.0f} | {r['samples']:,} | {r['wall_s']:.1f} | "
-                   f"**{r['samples_per_s']:,.0f}** | {r['samples_per_cpu_s']:,.0f} | {r['ticks']} | "
+                   f"**{r['samples_per_s']:,.0f}** | {r['samples_per_cpu_s']:,.0f} | {r['ticks']} | {r['late_rows']} | "
                    f"{r['produce_msgs_per_s']:,.0f} | {r['encode_ms_per_msg']:.2f} |")
     if lat:
-        out += ["", f"Decision latency (real time, {args.latency_s:g} s, cadence 5 s, lateness 1 s, engine in a "
-                "thread of the same process), from the arrival of the sample that closes a tick:", "",
+        out += ["", f"Decision latency (real time, {args.latency_s:g} s, sampling every {args.latency_interval:g} s, "
+                f"{args.samples_per_message} sample(s) per message, cadence 5 s, lateness {latency_lateness(args):g} s, "
+                "engine in a thread of the same process), from the sampling time of the sample that closes a tick "
+                "(so including the time the agent holds it for its batch):", "",
                 "| wire format | load GPU samples/s | ticks | → gpu.scores p50 / p99 s | → engine decision p50 / p99 / max s |",
                 "|---|---|---|---|---|"]
         for r in lat:
@@ -284,6 +320,8 @@ def main() -> None:
     ap.add_argument("--no-slow-crc", action="store_true", help="skip the pure-Python CRC32C run")
     ap.add_argument("--latency-s", type=float, default=60.0, help="real seconds of the latency run (0: skip)")
     ap.add_argument("--latency-interval", type=float, default=1.0)
+    ap.add_argument("--samples-per-message", type=int, default=1,
+                    help="samples per GPU per message (agent publish_every_ticks); a message per node per N x interval")
     ap.add_argument("--write", type=Path, help="append the results to this markdown file")
     args = ap.parse_args()
     global BUNDLE

@@ -8,6 +8,12 @@ waits with exponential backoff (jittered, seeded) and the buffer absorbs the out
 dropping (and counting) by its policy when full. On shutdown it publishes the backlog
 for at most ``shutdown_flush_timeout_s``.
 
+Batching (``publish_every_ticks`` N > 1): the GPU and port rows of N ticks, each with its
+own ``ts``, go out as one telemetry message on every N-th tick (a scoring worker's cost is
+per message); events are never held. The rows of a partial batch are published on
+shutdown and by ``--once``. N x ``interval_s`` must stay below the scoring workers'
+allowed lateness (checked by :class:`AgentSettings`).
+
 Loops (:meth:`Agent.run`): the sampler runs in the caller's thread, each entry of
 ``Agent.loops`` in its own thread, all stopped by one ``threading.Event``. The command
 consumer (GPU reset through ``gpu.commands``, ``collector/command_loop.py``) is one more
@@ -123,6 +129,10 @@ class Agent:
         #: Failures in a tick other than a source's, by stage (encode_telemetry, encode_event, tick).
         self.tick_errors: Counter[str] = Counter()
         self._last_tick_error: dict[str, str] = {}
+        #: Rows of the ticks not yet published (``publish_every_ticks`` > 1), and how many ticks.
+        self._held_gpu: list[dict] = []
+        self._held_net: list[dict] = []
+        self._held_ticks = 0
         #: Background loops run by :meth:`run` beside the sampler, each ``f(stop)``.
         self.loops: list[Callable[[threading.Event], None]] = [self._publish_loop]
         #: Extra sections of :meth:`health` by name, each a function returning JSON-able counters.
@@ -143,11 +153,44 @@ class Agent:
                 if src.name in self._last_source_error:
                     log.info("source %s recovered", src.name)
                     del self._last_source_error[src.name]
-        msgs = self.encode(batch, now)
+        self.ticks += 1
+        msgs = self.encode(self._batched(batch, now), now)
         for m in msgs:
             self.buffer.put(m)
-        self.ticks += 1
         self.write_health()
+        return len(msgs)
+
+    def _batched(self, batch: SourceBatch, now: float) -> SourceBatch:
+        """This tick's rows to publish now: events always; GPU and port rows every N-th tick.
+
+        With ``publish_every_ticks`` N > 1 the rows of N ticks are held (each with its own
+        ``ts``) and come out together in the N-th tick's batch, so they travel as one message.
+        """
+        n = self.settings.publish_every_ticks
+        if n == 1:
+            return batch
+        for rows in (batch.gpu, batch.net):
+            for r in rows:
+                r.setdefault("ts", now)  # rows of several ticks share one message: each keeps its time
+        self._held_gpu.extend(batch.gpu)
+        self._held_net.extend(batch.net)
+        self._held_ticks += 1
+        if self._held_ticks < n:
+            return SourceBatch(events=batch.events)
+        return self._take_held(batch.events)
+
+    def _take_held(self, events: list | None = None) -> SourceBatch:
+        out = SourceBatch(gpu=self._held_gpu, net=self._held_net, events=events or [])
+        self._held_gpu, self._held_net, self._held_ticks = [], [], 0
+        return out
+
+    def flush_held(self) -> int:
+        """Enqueue the rows held for a partial batch (shutdown); return the messages enqueued."""
+        if not self._held_ticks:
+            return 0
+        msgs = self.encode(self._take_held(), self.clock.time())
+        for m in msgs:
+            self.buffer.put(m)
         return len(msgs)
 
     def encode(self, batch: SourceBatch, now: float) -> list[OutboundMessage]:
@@ -303,13 +346,15 @@ class Agent:
     def run_once(self) -> bool:
         """``--once``: one tick, publish it (bounded by the shutdown timeout), close."""
         self.tick()
+        self.flush_held()
         try:
             return self.flush(self.settings.shutdown_flush_timeout_s)
         finally:
             self.close()
 
     def shutdown(self) -> None:
-        """Flush the backlog for at most ``shutdown_flush_timeout_s``, then close everything."""
+        """Publish held rows and the backlog for at most ``shutdown_flush_timeout_s``, then close."""
+        self.flush_held()
         self._retry_at = 0.0
         if not self.flush(self.settings.shutdown_flush_timeout_s):
             log.warning("shutdown: %d messages not published", len(self.buffer))
@@ -336,7 +381,7 @@ class Agent:
                 "published_total": self.published, "buffer_depth": len(self.buffer),
                 "buffer_bytes": self.buffer.bytes, "dropped_total": self.buffer.dropped,
                 "rejected_total": self.rejected, "source_errors": dict(self.source_errors),
-                "tick_errors": dict(self.tick_errors),
+                "tick_errors": dict(self.tick_errors), "held_ticks": self._held_ticks,
             } | {name: extra() for name, extra in self.health_extras.items()}
 
     def write_health(self) -> None:

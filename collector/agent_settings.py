@@ -32,6 +32,17 @@ class AgentSettings(BaseSettings):
     interval_s: float = Field(10.0, gt=0, description=(
         "Seconds between samples. 10 s sees the minutes-long precursors (SBE growth, thermal trends, "
         "link errors) while keeping the agent under 1 % of a core and ~0.1 msg/s per node on Kafka."))
+    publish_every_ticks: int = Field(1, ge=1, le=600, description=(
+        "Sampling ticks per telemetry message: the agent buffers N ticks of GPU and port rows (each row "
+        "keeps its own ts) and publishes them as ONE message; events still go out at once. 1 (default) is "
+        "one message per tick. A scoring worker's cost is mostly per message (bench/results/live.md), so "
+        "with 1 s sampling N=2-4 multiplies a worker's samples/s while adding at most N x interval_s to "
+        "decision latency. The batch span (N x interval_s) must stay below the scoring pipeline's "
+        "allowed_lateness_s (scoring_lateness_s here), or a worker closes ticks before a batch's oldest "
+        "rows arrive and counts them late."))
+    scoring_lateness_s: float = Field(30.0, gt=0, description=(
+        "The scoring workers' GPUOPS_PIPELINE_ALLOWED_LATENESS_S (30 s by default there): only used to refuse "
+        "a publish_every_ticks x interval_s batch span that would make the workers drop rows as late."))
     sink: Literal["kafka", "stdout"] = Field("kafka", description="Where messages go; stdout is for debugging.")
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port…].")
     wire_format: Literal["json", "arrow"] = Field("json", description=(
@@ -102,6 +113,22 @@ class AgentSettings(BaseSettings):
             raise ValueError("commands_enabled needs command_key_file (GPUOPS_AGENT_COMMAND_KEY_FILE): the path "
                              "of the shared key, mode 600")
         return self
+
+    @model_validator(mode="after")
+    def _batch_span_within_lateness(self) -> "AgentSettings":
+        if self.publish_every_ticks > 1 and self.batch_span_s >= self.scoring_lateness_s:
+            raise ValueError(
+                f"publish_every_ticks={self.publish_every_ticks} x interval_s={self.interval_s:g} spans "
+                f"{self.batch_span_s:g} s, not less than the scoring workers' allowed lateness "
+                f"scoring_lateness_s={self.scoring_lateness_s:g} s: their oldest rows would arrive after their tick "
+                "closed and be dropped as late. Lower publish_every_ticks (GPUOPS_AGENT_PUBLISH_EVERY_TICKS), or raise "
+                "GPUOPS_PIPELINE_ALLOWED_LATENESS_S on the workers and scoring_lateness_s here to match")
+        return self
+
+    @property
+    def batch_span_s(self) -> float:
+        """Seconds of telemetry one message holds (``publish_every_ticks`` x ``interval_s``)."""
+        return self.publish_every_ticks * self.interval_s
 
     @field_validator("health_file", "kmsg_file", "dcgm_url", "command_key_file", mode="before")
     @classmethod

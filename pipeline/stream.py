@@ -109,18 +109,14 @@ class FeaturePipeline:
         last_k = math.floor(watermark / cad + 1e-9) - 1  # last tick whose end <= watermark
         if not math.isfinite(self._pending_min_ts) or math.floor(self._pending_min_ts / cad) > last_k:
             return []
-        gpu = GpuRows.concat(self._gpu) if self._gpu else GpuRows.empty()
-        net = NetRows.concat(self._net) if self._net else NetRows.empty()
-        xid = XidRows.concat(self._xid) if self._xid else XidRows.empty()
-        tk = [np.floor(r.ts / cad).astype(np.int64) for r in (gpu, net, xid)]
-        due = np.unique(np.concatenate([t[t <= last_k] for t in tk]))
+        (gpu, tg), self._gpu = _split_due(self._gpu, GpuRows, cad, last_k)
+        (net, tn), self._net = _split_due(self._net, NetRows, cad, last_k)
+        (xid, tx), self._xid = _split_due(self._xid, XidRows, cad, last_k)
+        due = np.unique(np.concatenate([tg, tn, tx]))
         # GPU and port rows of every due tick are reduced in one pass; ticks then apply in order
-        gpu_f = self.gpu_state.fold(*_due(gpu, tk[0], last_k))
-        net_f = self.port_state.fold(*_due(net, tk[1], last_k))
-        out = [self._close_tick(k, gpu_f, net_f, _rows_of_tick(xid, tk[2], k)) for k in due.tolist()]
-        rest = [np.flatnonzero(t > last_k) for t in tk]
-        self._gpu, self._net, self._xid = ([] if len(i) == 0 else [r] if len(i) == len(r) else [r.take(i)]
-                                           for r, i in zip((gpu, net, xid), rest))
+        gpu_f = self.gpu_state.fold(gpu, tg)
+        net_f = self.port_state.fold(net, tn)
+        out = [self._close_tick(k, gpu_f, net_f, _rows_of_tick(xid, tx, k)) for k in due.tolist()]
         self._pending_min_ts = min((float(r.ts.min()) for r in (*self._gpu, *self._net, *self._xid)),
                                    default=math.inf)
         return out
@@ -166,13 +162,31 @@ class FeaturePipeline:
         return self.gpu_state.nbytes + self.port_state.nbytes + self.node_xids.nbytes + self.baselines.nbytes
 
 
-def _due(rows: Any, tick: np.ndarray, last_k: int) -> tuple[Any, np.ndarray]:
-    """The rows of ticks up to *last_k*, and their ticks."""
-    due = tick <= last_k
-    if due.all():
-        return rows, tick
-    idx = np.flatnonzero(due)
-    return rows.take(idx), tick[idx]
+def _split_due(parts: list[Any], kind: Any, cad: float, last_k: int) -> tuple[tuple[Any, np.ndarray], list[Any]]:
+    """((the rows of ticks up to *last_k*, their ticks), the pending parts of later ticks).
+
+    Parts (one per ingest) are split one by one: a part wholly due or wholly pending is
+    used as it is, only a part straddling *last_k* is copied, so a tick's close costs one
+    copy of its own rows rather than of everything pending. Row order is that of the
+    concatenated parts, as before.
+    """
+    due, due_t, rest = [], [], []
+    for r in parts:
+        t = np.floor(r.ts / cad).astype(np.int64)
+        if t.max() <= last_k:
+            due.append(r)
+            due_t.append(t)
+        elif t.min() > last_k:
+            rest.append(r)
+        else:
+            d = t <= last_k
+            i, j = np.flatnonzero(d), np.flatnonzero(~d)
+            due.append(r.take(i))
+            due_t.append(t[i])
+            rest.append(r.take(j))
+    if not due:
+        return (kind.empty(), np.zeros(0, np.int64)), rest
+    return (kind.concat(due), np.concatenate(due_t)), rest
 
 
 def _rows_of_tick(rows: Any, tick: np.ndarray, k: int) -> Any:

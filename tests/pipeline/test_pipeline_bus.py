@@ -139,3 +139,24 @@ def test_live_xids_naming_only_a_pci_bus_id_find_their_gpu_as_in_replay() -> Non
     assert f.loc[("gpu-node-001", 2), "xid_off_bus_count_short"] == 1
     assert f["xid_off_bus_count_short"].sum() == 1
     assert f.loc["gpu-node-002", "node_xid_dbe_count_short"].min() == 1
+
+
+@pytest.mark.parametrize("wire_format", ["json", "arrow"])
+def test_messages_holding_several_samples_per_gpu_give_exactly_the_replay_features(wire_format: str) -> None:
+    """An agent with publish_every_ticks=4 at 10 s: each message spans 40 s, under the 60 s lateness."""
+    from collector.wire import decode_telemetry, encode_telemetry_arrow
+
+    fleet = Fleet(nodes=5, gpus=4, ports=2, samples=40, interval_s=10.0, jitter_s=1.0)
+    g, n = gpu_frame(fleet), net_frame(fleet)
+    bus = InProcessBus(partitions=4)
+    msgs = telemetry_messages(g, n, 4 * fleet.interval_s)
+    assert max(len(decode_telemetry(raw).gpu["gpu"]) for _, raw in msgs) == 4 * fleet.gpus
+    for node, raw in msgs:
+        bus.produce(TOPIC_TELEMETRY, node, raw if wire_format == "json" else encode_telemetry_arrow(decode_telemetry(raw)))
+    got: list[FeatureBatch] = []
+    worker = StreamWorker(bus, FeaturePipeline(SETTINGS.model_copy(update={"allowed_lateness_s": 60.0})), got.append)
+    while worker.messages < len(msgs) or any(bus.backlog().values()):
+        worker.run_once()
+    worker.drain()
+    assert worker.pipeline.counts.late_rows == 0 and worker.deadlettered == 0
+    assert_same(got, replay(g, n))
