@@ -82,6 +82,11 @@ def agent(
     interval: Optional[float] = typer.Option(None, "--interval", min=0.01, help="Seconds between samples."),
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka bootstrap host:port[,…]."),
     health_file: Optional[str] = typer.Option(None, "--health-file", help="Health JSON path ('' disables)."),
+    wire_format: Optional[str] = typer.Option(None, "--wire-format", help="json (default) | arrow (columnar, faster "
+                                              "to score: docs/scaling.md)."),
+    publish_every_ticks: Optional[int] = typer.Option(
+        None, "--publish-every-ticks", min=1, help="Samples per message: one message per N sampling ticks "
+        "(N x interval must stay under the scorers' allowed lateness)."),
 ) -> None:
     """Run the node agent: sample GPUs, HCAs, kernel log and dcgm-exporter; publish to Kafka."""
     from pydantic import ValidationError
@@ -94,7 +99,8 @@ def agent(
 
     overrides = {k: v for k, v in dict(sink=sink, sources=sources, sysfs_root=sysfs_root, kmsg_file=kmsg_file,
                                        dcgm_url=dcgm_url, node=node, interval_s=interval, bootstrap=bootstrap,
-                                       health_file=health_file).items() if v is not None}
+                                       health_file=health_file, wire_format=wire_format,
+                                       publish_every_ticks=publish_every_ticks).items() if v is not None}
     if once and health_file is None:
         overrides["health_file"] = None  # a one-shot debugging run leaves no files behind
     try:

@@ -49,6 +49,16 @@ def test_unknown_source_fails_at_start_listing_the_valid_ones() -> None:
     assert "unknown source 'nvlm'" in out.stderr and "dcgm, infiniband, kmsg, nvml" in out.stderr
 
 
+def test_a_batch_spanning_the_scorers_lateness_is_refused_at_start_and_one_within_it_runs(h100_sysfs: Path) -> None:
+    out = _gpuops("agent", "--once", "--sink", "stdout", "--sources", "infiniband", "--sysfs-root", h100_sysfs,
+                  "--interval", "10", "--publish-every-ticks", "5")
+    assert out.returncode == 2 and "allowed lateness" in out.stderr
+    ok = _gpuops("agent", "--once", "--sink", "stdout", "--sources", "infiniband", "--sysfs-root", h100_sysfs,
+                 "--interval", "10", "--publish-every-ticks", "2", "--wire-format", "json")
+    assert ok.returncode == 0, ok.stderr
+    assert {json.loads(line)["type"] for line in ok.stdout.splitlines()} == {"net"}
+
+
 def test_source_that_cannot_start_fails_with_a_clear_message(tmp_path: Path) -> None:
     out = _gpuops("agent", "--once", "--sink", "stdout", "--sources", "infiniband", "--sysfs-root", tmp_path)
     assert out.returncode == 2 and "class/infiniband does not exist" in out.stderr
