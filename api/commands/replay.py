@@ -57,7 +57,7 @@ def replay(
         info = {"path": None if rules_only else str(mpath), "training": bundle.metadata.get("training", {}).get("recordings")}
         rep = build_report(recording, result, info, cfg)
         if engine is not None:
-            rep["engine"] = engine_summary(result.actions)
+            rep["engine"] = engine_summary(engine[0].store.query(limit=10_000_000))  # final states
     except (RecordingError, ModelError, PolicyConfigError, SafetyConfigError, ValueError) as e:
         # one line, printed as is (a reason may hold "[...]", which rich would read as markup)
         console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
@@ -74,7 +74,7 @@ def replay(
 
 
 def engine_summary(actions: list) -> dict:
-    """What the dry-run engine did: records by kind and state, and what held actions back."""
+    """What the dry-run engine did: records by kind and final state, and what held actions back."""
     from collections import Counter
 
     return {"actions": len(actions),
