@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: states an action is in while the engine still has work to do on it (besides proposals)
 _IN_FLIGHT = (ActionState.APPROVED, ActionState.EXECUTING, ActionState.SUCCEEDED)
+#: kinds that touch the cluster: an alert is done once recorded and never needs verifying
+_CLUSTER_KINDS = tuple(k for k in ActionKind if k.touches_cluster)
 #: how far back the engine reads its own history at start (holds, lemons, cooldowns), s
 HISTORY_S = 30 * 86400.0
 _MAX_BACKOFF_S = 300.0
@@ -454,9 +456,9 @@ class Engine:
         with self._lock:
             now = self.clock()
             # proposals wait for a person: only the expired ones need this pass
-            live = self.store.query(states=_IN_FLIGHT, limit=1_000_000)
-            expired = self.store.query(states=[ActionState.PROPOSED], until=now - self.safety.proposal_ttl_s,
-                                       limit=1_000_000)
+            live = self.store.query(states=_IN_FLIGHT, kinds=_CLUSTER_KINDS, limit=1_000_000)
+            expired = self.store.query(states=[ActionState.PROPOSED], kinds=_CLUSTER_KINDS,
+                                       until=now - self.safety.proposal_ttl_s, limit=1_000_000)
             for rec in sorted(live + expired, key=lambda r: r.created_at):
                 try:
                     if rec.state is ActionState.PROPOSED:

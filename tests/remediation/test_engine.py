@@ -359,3 +359,14 @@ def test_a_standby_records_a_persons_approval_and_the_leader_carries_it_out(stor
     assert [c.node for c in cluster.calls] == ["n00000"] and store.get(rec.id).state is ActionState.SUCCEEDED
     leader.maintain()
     assert store.get(rec.id).state is ActionState.VERIFIED
+
+
+def test_alerts_are_recorded_once_and_never_revisited_by_the_maintenance_pass(store):
+    clock, cluster = Clock(), Cluster()
+    e = engine(store, clock, cluster, armed=True)
+    alert = e.tick(fleet(3, clock.t, rule_nodes=[1], rule_action=Action.ALERT), explain)[0]
+    assert (alert.kind, alert.state) == (ActionKind.ALERT, ActionState.SUCCEEDED)
+    e.tick(fleet(3, clock.t + 60, rule_nodes=[1]), explain)           # now the node is drained by gpuops
+    for _ in range(3):
+        e.maintain()
+    assert store.get(alert.id).state is ActionState.SUCCEEDED and len(store.history(alert.id)) == 1
