@@ -7,7 +7,10 @@ until it holds or a deadline passes, so a fast machine is fast and a slow one st
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+import uuid
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
+from urllib.parse import quote
 
 T = TypeVar("T")
 
@@ -34,3 +37,23 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, interval_s: float =
             what = message or getattr(predicate, "__name__", "condition")
             raise WaitTimeout(f"{what} not met within {timeout_s:g} s (last value: {value!r})")
         time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
+
+
+@contextmanager
+def postgres_schema(base_url: str, prefix: str = "test") -> Iterator[str]:
+    """A URL whose every connection sees only a fresh, empty schema of *base_url*'s database (dropped after).
+
+    libpq's ``options=-csearch_path=...``: tests and benches get a clean store without a database each.
+    """
+    import sqlalchemy as sa
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base_url)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield f"{base_url}{'&' if '?' in base_url else '?'}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+        admin.dispose()

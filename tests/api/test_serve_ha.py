@@ -16,7 +16,6 @@ import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import quote
 
 import httpx
 import pytest
@@ -24,7 +23,7 @@ import pytest
 from remediation.store import ActionStore
 from tests.api.file_cluster import FileClusterAdapter
 from tests.api.serve_proc import NODES, Agents, ServeProcess, serve_topics, start_serve  # noqa: F401 (fixture)
-from tests.helpers import wait_until
+from tests.helpers import postgres_schema, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -34,19 +33,8 @@ TTL_S = 6.0
 @pytest.fixture
 def pg_schema_url(postgres_url: str) -> Iterator[str]:
     """A fresh schema in the test server, dropped afterwards."""
-    import sqlalchemy as sa
-
-    schema = f"test_ha_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(postgres_url)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    sep = "&" if "?" in postgres_url else "?"
-    try:
-        yield f"{postgres_url}{sep}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.dispose()
+    with postgres_schema(postgres_url, "test_ha") as url:
+        yield url
 
 
 def _config(tmp_path: Path, name: str, bootstrap: str, topics: dict[str, str], store_url: str,
