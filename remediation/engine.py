@@ -219,8 +219,8 @@ class Engine:
         """Decide on one tick of node scores and act on the decisions; returns the new records."""
         with self._lock:
             self._fleet_size = max(self._fleet_size, len(scores))
-            self._hold_silenced(self.silences.active(self.clock()))
             decisions, self.state = decide(scores, self.state, scores.ts, self.policy, explain)
+            self._hold_silenced(self.silences.active(self.clock()))
             self.last_decisions = decisions
             evidence = self._evidence(scores, decisions)
             recs = self.submit(decisions, evidence)
