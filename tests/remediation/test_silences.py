@@ -187,3 +187,16 @@ def test_slurm_maint_reservations_are_read_with_their_names():
     assert maintenance_reservations(text) == {"gpu-node-02": "maint-02"}
     st = node_status({"name": "gpu-node-02", "state": "idle"}, (), maintenance_reservations(text))
     assert st.maintenance and st.extra["maintenance_reservation"] == "maint-02"
+
+
+def test_the_replay_summary_counts_suppressed_decisions_by_cause(store):
+    from api.commands.replay import engine_summary
+
+    clock = Clock()
+    cluster = Cluster([NodeStatus("n00002", maintenance=True, extra={"maintenance_reservation": "fw"})])
+    e = engine(store, clock, cluster, armed=True)
+    s = e.silences.create(author="operator:ann", reason="cabling", nodes=["n00001"], duration_s=HOUR)
+    recs = e.tick(fleet(3, clock.t, rule_nodes=[0, 1, 2]), explain)
+    got = engine_summary(recs)
+    assert got["suppressed_by_cause"] == {"maintenance": 1, "silence": 1}
+    assert got["blocked_by"] == {"maintenance:fw": 1, f"silence:{s.id}": 1}
