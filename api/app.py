@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors
 from api.context import AppContext
-from api.routes import actions, engine, health, models, nodes, replays
+from api.routes import actions, engine, health, models, nodes, replays, silences
 
 API_VERSION = "1"
 
@@ -60,7 +60,8 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.state.ctx = ctx
     ctx.metrics.bind(nodes=ctx.nodes, engine=ctx.engine, is_leader=ctx.is_leader)
     errors.install(app)
-    for r in (nodes.router, actions.router, engine.router, models.router, replays.router, health.router):
+    for r in (nodes.router, actions.router, silences.router, engine.router, models.router, replays.router,
+              health.router):
         app.include_router(r)
     app.add_middleware(_Latency, metrics=ctx.metrics)
     return app

@@ -14,7 +14,8 @@ import typer
 
 #: Command modules, in help order. A module absent from this checkout is skipped (not built yet);
 #: any other import error inside a command module is raised.
-COMMAND_MODULES = ("serve", "demo", "simulate", "replay", "train", "agent", "nodes", "actions", "engine")
+COMMAND_MODULES = ("serve", "demo", "simulate", "replay", "train", "agent", "nodes", "actions", "silences",
+                   "engine")
 
 
 def build_cli() -> typer.Typer:

@@ -100,6 +100,24 @@ class GpuopsClient:
     def cancel(self, action_id: str, note: str = "") -> dict[str, Any]:
         return self._call("POST", f"/v1/actions/{_seg(action_id)}/cancel", json={"note": note})
 
+    # ---- silences -----------------------------------------------------------------------------
+
+    def create_silence(self, reason: str, *, nodes: Iterable[str] = (), selector: dict[str, str] | None = None,
+                       fleet: bool = False, mutes: str = "both", duration_s: float | None = None,
+                       ends_at: float | None = None, starts_at: float | None = None) -> dict[str, Any]:
+        body = {"reason": reason, "nodes": list(nodes) or None, "selector": selector, "fleet": fleet,
+                "mutes": mutes, "duration_s": duration_s, "ends_at": ends_at, "starts_at": starts_at}
+        return self._call("POST", "/v1/silences", json={k: v for k, v in body.items() if v is not None})
+
+    def silences(self, all: bool = False) -> dict[str, Any]:
+        return self._call("GET", "/v1/silences", params={"all": "true" if all else None})
+
+    def silence(self, silence_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/silences/{_seg(silence_id)}")
+
+    def delete_silence(self, silence_id: str, note: str = "") -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/silences/{_seg(silence_id)}", json={"note": note} if note else None)
+
     # ---- engine -------------------------------------------------------------------------------
 
     def engine(self) -> dict[str, Any]:

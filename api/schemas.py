@@ -225,6 +225,7 @@ class EngineStatus(BaseModel):
     safety: dict[str, Any]
     leader: bool
     acting: bool
+    silences: list[str] = Field([], description="Ids of the silences in force now.")
 
 
 class Breaker(BaseModel):
@@ -273,3 +274,62 @@ class Health(BaseModel):
     detail: str = ""
     uptime_s: float = 0.0
     version: str = ""
+
+
+class SilenceCreate(_In):
+    """A person's silence: exactly one scope (``nodes``, ``selector`` or ``fleet``), what it mutes,
+    and a required end (``ends_at`` or ``duration_s``); no longer than the service's max_silence_s."""
+
+    nodes: list[str] | None = Field(None, max_length=10_000, description="Host names of the nodes.")
+    selector: dict[str, str] | None = Field(
+        None, description="Labels every node in scope has: partition (Slurm partition / node pool), rack, pool.")
+    fleet: bool = Field(False, description="True: the whole fleet.")
+    mutes: Literal["actions", "alerts", "both"] = Field("both", description="What is muted.")
+    starts_at: float | None = Field(None, ge=0, description="Start, s since the epoch (default now).")
+    ends_at: float | None = Field(None, ge=0, description="End, s since the epoch (or give duration_s).")
+    duration_s: float | None = Field(None, gt=0, description="Length from the start, s (or give ends_at).")
+    reason: str = Field(..., min_length=1, max_length=1000, description="What work is going on (required).",
+                        json_schema_extra={"pattern": NOT_BLANK})
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: list[str] | None) -> list[str] | None:
+        for n in v or ():
+            try:
+                validate_node_name(n)
+            except PermanentAdapterError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a reason is required (not blank): say what work is going on")
+        return v.strip()
+
+
+class SilencePublic(BaseModel):
+    id: str
+    scope: str = Field(description="nodes, selector or fleet")
+    nodes: list[str]
+    selector: dict[str, str]
+    fleet: bool
+    mutes: str
+    starts_at: float
+    ends_at: float
+    author: str
+    reason: str
+    created_at: float
+    deleted_at: float | None = None
+    deleted_by: str | None = None
+    active: bool = Field(description="In force now.")
+
+
+class SilenceDetail(SilencePublic):
+    history: list[dict[str, Any]] = Field(description="Audit events, oldest first: at, event, actor, note.")
+
+
+class SilenceList(BaseModel):
+    silences: list[SilencePublic]
+    count: int

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.base import CLASSES
@@ -39,6 +39,7 @@ from .adapters.dryrun import DryRunAdapter
 from .config import PolicyConfig
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
+from .silences import Silence, SilenceBook, first_match
 from .store import ActionStore, NodeScoreRow
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ class Engine:
 
     def __init__(self, store: ActionStore, adapter: Adapter, *, policy: PolicyConfig | None = None,
                  safety: SafetyConfig | None = None, dry: DryRunAdapter | None = None,
-                 commands: CommandChannel | None = None, clock: Callable[[], float] = time.time) -> None:
+                 commands: CommandChannel | None = None, clock: Callable[[], float] = time.time,
+                 silences: SilenceBook | None = None) -> None:
         self.store = store
         self.adapter = adapter
         self.dry = dry if dry is not None else (
@@ -94,6 +96,10 @@ class Engine:
         self.safety = safety or SafetyConfig()
         self.commands = commands
         self.clock = clock
+        #: people's silences (in the store): a decision they mute is recorded, not carried out
+        self.silences = silences or SilenceBook(store, max_silence_s=self.safety.max_silence_s, clock=clock)
+        #: each node as the scheduler last listed it (labels for silence selectors)
+        self._known: dict[str, NodeStatus] = {}
         self.state = PolicyState()
         #: False on a standby replica: people's approvals and requests are recorded (approved), and
         #: the leader — whose :meth:`maintain` executes approved actions — carries them out
@@ -190,6 +196,7 @@ class Engine:
         now = self.clock()
         for st in listed:
             self._partitions[st.name] = st.partitions
+            self._known[st.name] = st
             if st.drained and st.ours and st.name not in nodes:
                 # drained by gpuops but unknown to this store (a lost store, another installation):
                 # held, so that the policy's verification decides when it goes back
@@ -215,6 +222,7 @@ class Engine:
         with self._lock:
             self._fleet_size = max(self._fleet_size, len(scores))
             decisions, self.state = decide(scores, self.state, scores.ts, self.policy, explain)
+            self._hold_silenced(self.silences.active(self.clock()))
             self.last_decisions = decisions
             evidence = self._evidence(scores, decisions)
             recs = self.submit(decisions, evidence)
@@ -255,11 +263,13 @@ class Engine:
             now = self.clock()
             armed = self.armed
             snap = self._snapshot(now)
-            self._check_breaker(decisions, snap)
+            active = self.silences.active(now)
+            self._check_breaker([d for d in decisions if not first_match(active, d.node, self._known.get(d.node),
+                                                                         kind_of(d))], snap)
             out: list[ActionRecord] = []
             for d in decisions:
                 rec = self._record(d, now, armed, (evidence or {}).get(d.node, {}))
-                rec = self._admit(rec, snap)
+                rec = self._admit(rec, snap, active)
                 if rec is not None:
                     out.append(rec)
             return out
@@ -310,9 +320,21 @@ class Engine:
             self._open_breaker(len(recent | acting), limit)
             snap.breaker_open = True
 
-    def _admit(self, rec: ActionRecord, snap: Snapshot) -> ActionRecord | None:
-        """Gate one new record, persist it, and execute it if it may go now."""
+    def _admit(self, rec: ActionRecord, snap: Snapshot, active: Sequence[Silence] = ()) -> ActionRecord | None:
+        """Gate one new record, persist it, and execute it if it may go now.
+
+        A silence in force that mutes the record's kind comes first: the record is written
+        rejected with ``blocked_by="silence:<id>"``. Then the safety gate; a Slurm MAINT
+        reservation is named in ``blocked_by`` (``maintenance:<reservation>``).
+        """
         if rec.kind is ActionKind.ALERT:
+            sil = first_match(active, rec.node, self._known.get(rec.node), rec.kind)
+            if sil is not None:
+                rec = replace(rec, state=ActionState.REJECTED, blocked_by=f"silence:{sil.id}")
+                if self.store.insert(rec, note=f"muted by {sil.describe()}"):
+                    self._count("rejected_silence")
+                    return rec
+                return None
             rec = replace(rec, state=ActionState.SUCCEEDED)
             if self.store.insert(rec, note="alert"):
                 self._count("alert")
@@ -322,9 +344,14 @@ class Engine:
             self._unhold(rec.node)            # the policy held it, but gpuops never took it out
             return None
         status = self._status(rec)
-        verdict = gate(rec.kind, rec.node, rec.incident_ts, snap, self.safety,
-                       maintenance=bool(status and status.maintenance),
-                       not_ours=bool(status and status.drained and not status.ours and rec.kind.holds_node))
+        sil = first_match(active, rec.node, status or self._known.get(rec.node), rec.kind)
+        if sil is not None:
+            verdict = Verdict(Outcome.NO, f"silence:{sil.id}", f"muted by {sil.describe()}")
+        else:
+            verdict = _named(gate(rec.kind, rec.node, rec.incident_ts, snap, self.safety,
+                                  maintenance=bool(status and status.maintenance),
+                                  not_ours=bool(status and status.drained and not status.ours
+                                                and rec.kind.holds_node)), status)
         rec = replace(rec, blocked_by=verdict.blocked_by)
         if not self.store.insert(rec, note=verdict.why or "proposed by the policy"):
             self._count("duplicate")
@@ -337,8 +364,12 @@ class Engine:
             self._past.append(_Past(rec.node, rec.kind, rec.created_at, True))
         if verdict.outcome is Outcome.NO:
             rec = self._move(rec, ActionState.REJECTED, ENGINE_ACTOR, f"{verdict.blocked_by}: {verdict.why}")
-            self._unhold(rec.node)
-            self._count(f"rejected_{verdict.blocked_by}")
+            cause = (verdict.blocked_by or "").split(":")[0]
+            if rec.kind is ActionKind.RESUME and cause in ("silence", "maintenance"):
+                self._keep_held(rec.node)    # back through verification once the silence/maintenance ends
+            else:
+                self._unhold(rec.node)
+            self._count(f"rejected_{cause}")
             return rec
         if verdict.outcome is Outcome.PERSON:
             self._count(f"held_for_person_{verdict.blocked_by}")
@@ -346,6 +377,32 @@ class Engine:
             return rec
         rec = self._move(rec, ActionState.APPROVED, ENGINE_ACTOR, "within every safety limit")
         return self._execute(rec)
+
+    def _hold_silenced(self, active: Sequence[Silence]) -> None:
+        """A node gpuops holds is not resumed while a silence mutes actions on it: its clean time
+        restarts each tick, so the verification window runs in full after the silence ends."""
+        nodes = None
+        for name, ns in self.state.nodes.items():
+            if ns.held_since is None or ns.healthy_since is None:
+                continue
+            if first_match(active, name, self._known.get(name), ActionKind.RESUME) is not None:
+                nodes = nodes if nodes is not None else dict(self.state.nodes)
+                nodes[name] = replace(ns, healthy_since=None)
+        if nodes is not None:
+            self.state = replace(self.state, nodes=nodes)
+
+    def _keep_held(self, node: str) -> None:
+        """The policy let go of *node* (it decided a resume) but the resume was suppressed: held again."""
+        hold = self.holds.get(node)
+        if hold is None:
+            return
+        nodes = dict(self.state.nodes)
+        ns = nodes.get(node) or NodeState()
+        nodes[node] = replace(ns, held_since=hold.incident_ts,
+                              held_grade=Grade(hold.grade) if hold.grade else Grade.CERTAIN,
+                              held_fault=FaultClass(hold.fault) if hold.fault in FaultClass._value2member_map_ else None,
+                              healthy_since=None)
+        self.state = replace(self.state, nodes=nodes)
 
     def _status(self, rec: ActionRecord) -> NodeStatus | None:
         try:
@@ -642,7 +699,27 @@ class Engine:
         """What the engine is doing, for the API and the CLI."""
         return {"armed": self.armed, "paused": self.paused, "breaker": self.breaker,
                 "adapter": self.adapter.name, "held": sorted(self.holds), "counts": dict(self.counts),
+                "silences": [s.id for s in self.silences.active(self.clock())],
                 "safety": self.safety.model_dump(mode="json")}
+
+
+def _named(verdict: Verdict, status: NodeStatus | None) -> Verdict:
+    """The gate's verdict with the scheduler's own words: which MAINT reservation, whose drain."""
+    if status is None:
+        return verdict
+    if verdict.blocked_by == "maintenance":
+        resv = status.extra.get("maintenance_reservation")
+        if resv:
+            return Verdict(verdict.outcome, f"maintenance:{resv}",
+                           f"the node is in the Slurm maintenance reservation {resv} (Flags=MAINT)")
+        until = status.extra.get("maintenance_until")
+        if until:
+            return Verdict(verdict.outcome, "maintenance",
+                           f"the node is annotated gpuops.io/maintenance-until={until}")
+    if verdict.blocked_by == "not_ours" and status.reason:
+        return Verdict(verdict.outcome, "not_ours",
+                       f"{verdict.why} (reason {status.reason!r}: only its owner returns it to service)")
+    return verdict
 
 
 class _NoChannel(AdapterError):

@@ -92,6 +92,9 @@ class SafetyConfig(BaseModel):
     verify_window_s: float = Field(
         1800.0, ge=0, description="A held node is resumed only after this long of clean telemetry, s (the "
         "policy's resume_after_s for automatic resumes; also enforced for an operator's resume unless forced).")
+    max_silence_s: float = Field(
+        7 * 86400.0, gt=0, description="The longest silence a person may declare, s (7 days): a forgotten "
+        "silence would mute gpuops for good; a longer job declares a new one when this ends.")
     reset_timeout_s: float = Field(
         300.0, gt=0, description="A GPU reset command's expiry, s: without a result from the node agent by then "
         "the action fails (it is never sent twice blindly).")

@@ -185,6 +185,28 @@ leases = sa.Table(
     sa.Column("epoch", sa.BigInteger, nullable=False),
     sa.Column("acquired_at", sa.Double, nullable=False),
 )
+silences = sa.Table(
+    "silences", _md,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("scope", sa.Text, nullable=False),
+    sa.Column("mutes", sa.String(16), nullable=False),
+    sa.Column("starts_at", sa.Double, nullable=False),
+    sa.Column("ends_at", sa.Double, nullable=False, index=True),
+    sa.Column("author", sa.String(255), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("deleted_at", sa.Double, nullable=True),
+    sa.Column("deleted_by", sa.String(255), nullable=True),
+)
+silence_events = sa.Table(
+    "silence_events", _md,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("silence_id", sa.String(64), nullable=False, index=True),
+    sa.Column("at", sa.Double, nullable=False),
+    sa.Column("event", sa.String(32), nullable=False),
+    sa.Column("actor", sa.String(255), nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+)
 #: the tables' metadata at migration head (a test checks the migrations produce exactly this)
 METADATA = _md
 
@@ -502,6 +524,55 @@ class ActionStore:
                                 .where(e.c.key == key).order_by(e.c.seq)).all()
         return [{**r._asdict(), "value": json.loads(r.value)} for r in rows]
 
+    # ---- silences (rows as dicts; remediation/silences.py gives them meaning) ------------------
+
+    def insert_silence(self, row: dict[str, Any], note: str = "") -> bool:
+        """Store a new silence row (``scope`` JSON-able) with a ``created`` audit event by its author;
+        False (the stored one untouched) if its id exists."""
+        data = {**row, "scope": json.dumps(row["scope"], sort_keys=True)}
+        with self._tx(write=True) as conn:
+            got = conn.execute(self._insert(silences).values(**data)
+                               .on_conflict_do_nothing(index_elements=["id"]).returning(silences.c.id)).scalar()
+            if got is None:
+                return False
+            conn.execute(silence_events.insert().values(silence_id=row["id"], at=row["created_at"], event="created",
+                                                        actor=row["author"], note=note or row["reason"]))
+        return True
+
+    def delete_silence(self, silence_id: str, at: float, actor: str, note: str = "") -> bool:
+        """Mark a silence deleted at *at* by *actor* (audited); False if none such or deleted already."""
+        sc = silences.c
+        with self._tx(write=True) as conn:
+            done = conn.execute(silences.update().where(sc.id == silence_id, sc.deleted_at.is_(None))
+                                .values(deleted_at=at, deleted_by=actor))
+            if done.rowcount != 1:
+                return False
+            conn.execute(silence_events.insert().values(silence_id=silence_id, at=at, event="deleted",
+                                                        actor=actor, note=note))
+        return True
+
+    def silence_rows(self, *, active_at: float | None = None, silence_id: str | None = None,
+                     limit: int = 10_000) -> list[dict[str, Any]]:
+        """Silence rows, newest first: all, one (*silence_id*), or those in force at *active_at*
+        (``starts_at <= t < ends_at``, not deleted)."""
+        sc = silences.c
+        where: list[sa.ColumnElement[bool]] = []
+        if silence_id is not None:
+            where.append(sc.id == silence_id)
+        if active_at is not None:
+            where += [sc.starts_at <= active_at, sc.ends_at > active_at, sc.deleted_at.is_(None)]
+        stmt = sa.select(silences).where(*where).order_by(sc.created_at.desc(), sc.id).limit(limit)
+        with self._tx(write=False) as conn:
+            rows = conn.execute(stmt).all()
+        return [{**r._asdict(), "scope": json.loads(r.scope)} for r in rows]
+
+    def silence_history(self, silence_id: str) -> list[dict[str, Any]]:
+        """A silence's audit events, oldest first: ``{at, event, actor, note}``."""
+        e = silence_events
+        with self._tx(write=False) as conn:
+            rows = conn.execute(sa.select(e.c.at, e.c.event, e.c.actor, e.c.note)
+                                .where(e.c.silence_id == silence_id).order_by(e.c.seq)).all()
+        return [r._asdict() for r in rows]
 
     # ---- leases (leader election) ---------------------------------------------------------------
 

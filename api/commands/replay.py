@@ -74,9 +74,14 @@ def replay(
 
 
 def engine_summary(actions: list) -> dict:
-    """What the dry-run engine did: records by kind and final state, and what held actions back."""
+    """What the dry-run engine did: records by kind and final state, what held actions back (``blocked_by``,
+    e.g. ``silence:<id>``, ``maintenance:<reservation>``), and those counts by cause (its prefix)."""
     from collections import Counter
 
     return {"actions": len(actions),
             "by_kind_state": dict(sorted(Counter(f"{a.kind.value}:{a.state.value}" for a in actions).items())),
-            "blocked_by": dict(sorted(Counter(a.blocked_by for a in actions if a.blocked_by).items()))}
+            "blocked_by": dict(sorted(Counter(a.blocked_by for a in actions if a.blocked_by).items())),
+            # suppressed decisions by cause: silence, maintenance, not_ours, stale, cap_held, ...
+            "suppressed_by_cause": dict(sorted(Counter(
+                a.blocked_by.split(":")[0] for a in actions
+                if a.blocked_by and a.state.value in ("rejected", "proposed", "cancelled")).items()))}

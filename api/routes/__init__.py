@@ -1,4 +1,4 @@
-"""One router per resource: nodes, actions, engine, models, replays, health."""
+"""One router per resource: nodes, actions, silences, engine, models, replays, health."""
 
 from api.schemas import ErrorBody
 

@@ -380,7 +380,9 @@ class KubernetesAdapter:
                           reason=reason if ours else None, jobs=jobs,
                           maintenance=until is not None and until > self._clock(),
                           down=ready != "True", partitions=(pool,) if pool else (), raw_state=raw,
-                          extra={"fault": fault} if fault else {})
+                          extra={**({"fault": fault} if fault else {}),
+                                 **({"maintenance_until": annotations[MAINTENANCE_ANNOTATION]}
+                                    if until is not None and until > self._clock() else {})})
 
     # -- classification --
 

@@ -58,7 +58,7 @@ from remediation.actions import REASON_PREFIX
 from remediation.adapters.base import (NodeStatus, NotOurs, PermanentAdapterError,
                                        TransientAdapterError, UnknownNode, owned, validate_node_name)
 from remediation.adapters.slurm_errors import classify, classify_timeout
-from remediation.adapters.slurm_state import (SlurmJob, json_errors, jobs_on, maintenance_nodes,
+from remediation.adapters.slurm_state import (SlurmJob, json_errors, jobs_on, maintenance_reservations,
                                               node_status, parse_jobs, parse_nodes)
 
 log = logging.getLogger(__name__)
@@ -204,8 +204,8 @@ class SlurmAdapter:
     def _jobs(self) -> list[SlurmJob]:
         return parse_jobs(self._json(self.squeue, "--json"))
 
-    def _maintenance(self) -> set[str]:
-        return maintenance_nodes(self._reservations())
+    def _maintenance(self) -> dict[str, str]:
+        return maintenance_reservations(self._reservations())
 
     def _reservations(self) -> str:
         return self._run([self.scontrol, "-o", "show", "reservation"])

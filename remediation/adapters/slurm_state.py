@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from remediation.adapters.base import NodeStatus, owned
 
@@ -132,12 +132,13 @@ def jobs_on(jobs: Iterable[SlurmJob], node: str) -> list[SlurmJob]:
     return [j for j in jobs if j.occupies_node and node in j.nodes]
 
 
-def maintenance_nodes(reservations_text: str) -> set[str]:
-    """Nodes in an ACTIVE reservation with the MAINT flag (``scontrol -o show reservation``).
+def maintenance_reservations(reservations_text: str) -> dict[str, str]:
+    """Node -> the name of the ACTIVE reservation with the MAINT flag it is in
+    (``scontrol -o show reservation``; the first listed wins when several overlap).
 
     A reservation that has not started yet (``State=INACTIVE``) is not maintenance now.
     """
-    nodes: set[str] = set()
+    found: dict[str, str] = {}
     for line in reservations_text.splitlines():
         fields = dict(_KEY_VALUE.findall(line))
         if "ReservationName" not in fields:
@@ -145,12 +146,23 @@ def maintenance_nodes(reservations_text: str) -> set[str]:
         if fields.get("State") != "ACTIVE" or "MAINT" not in fields.get("Flags", "").split(","):
             continue
         if fields.get("Nodes") and fields["Nodes"] != "(null)":
-            nodes.update(expand_hostlist(fields["Nodes"]))
-    return nodes
+            for node in expand_hostlist(fields["Nodes"]):
+                found.setdefault(node, fields["ReservationName"])
+    return found
 
 
-def node_status(node: dict[str, Any], jobs: Iterable[SlurmJob], maintenance: set[str]) -> NodeStatus:
-    """A :class:`NodeStatus` from one ``sinfo --json`` node record and the cluster's jobs."""
+def maintenance_nodes(reservations_text: str) -> set[str]:
+    """Nodes in an ACTIVE reservation with the MAINT flag (see :func:`maintenance_reservations`)."""
+    return set(maintenance_reservations(reservations_text))
+
+
+def node_status(node: dict[str, Any], jobs: Iterable[SlurmJob],
+                maintenance: set[str] | Mapping[str, str]) -> NodeStatus:
+    """A :class:`NodeStatus` from one ``sinfo --json`` node record and the cluster's jobs.
+
+    *maintenance*: the nodes under a MAINT reservation, or node -> reservation name (then
+    ``extra["maintenance_reservation"]`` names it, for the record of a suppressed action).
+    """
     name = str(node["name"])
     base = str(node.get("state", "")).upper()
     flags = tuple(str(f).upper() for f in node.get("state_flags") or ())
@@ -172,12 +184,14 @@ def node_status(node: dict[str, Any], jobs: Iterable[SlurmJob], maintenance: set
         extra={"reason_set_by_user": node.get("reason_set_by_user"),
                "reason_changed_at": node.get("reason_changed_at"),
                "boot_time": node.get("boot_time"),
-               "next_state_after_reboot": node.get("next_state_after_reboot")},
+               "next_state_after_reboot": node.get("next_state_after_reboot"),
+               **({"maintenance_reservation": maintenance[name]}
+                  if isinstance(maintenance, Mapping) and name in maintenance else {})},
     )
 
 
 def parse_nodes(sinfo: dict[str, Any], squeue: dict[str, Any], reservations_text: str) -> list[NodeStatus]:
     """Every node of a ``sinfo --json`` answer with its jobs and maintenance."""
     jobs = parse_jobs(squeue)
-    maintenance = maintenance_nodes(reservations_text)
+    maintenance = maintenance_reservations(reservations_text)
     return [node_status(n, jobs, maintenance) for n in sinfo.get("nodes") or []]
