@@ -190,6 +190,8 @@ async function replaysPage(view) {
 }
 
 // ---- routing -------------------------------------------------------------------------------
+let routing = 0;   // routes in flight: the timer never redraws over one
+
 async function route() {
   if (!sessionStorage.getItem(KEY)) { showLogin(); return; }
   $("login").hidden = true;
@@ -197,15 +199,18 @@ async function route() {
   const [, page, arg] = (location.hash || "#/fleet").split("/");
   for (const p of ["fleet", "actions", "replays"]) $("nav-" + p).classList.toggle("active", p === page);
   const view = $("view");
+  view.dataset.page = page || "fleet";
+  routing += 1;
   try {
     await engineBar();
     if (page === "node" && arg) await nodePage(view, decodeURIComponent(arg));
     else if (page === "actions") await actionsPage(view);
     else if (page === "replays") await replaysPage(view);
     else await fleetPage(view);
-    view.dataset.page = page || "fleet";
   } catch (e) {
     if (!(e instanceof AuthError)) flash(e.message, true);
+  } finally {
+    routing -= 1;
   }
 }
 
@@ -220,7 +225,7 @@ $("logout").addEventListener("click", () => { sessionStorage.removeItem(KEY); sh
 window.addEventListener("hashchange", () => { flash(""); route(); });
 // the engine bar stays current on every page; the fleet redraws too (other pages redraw on each action)
 setInterval(() => {
-  if (!sessionStorage.getItem(KEY) || !$("login").hidden || document.hidden) return;
+  if (!sessionStorage.getItem(KEY) || !$("login").hidden || document.hidden || routing) return;
   if ($("view").dataset.page === "fleet") route(); else engineBar().catch(() => {});
 }, REFRESH_MS);
 route();

@@ -9,7 +9,7 @@ Screenshots of each step are kept (``artefacts`` fixture: ``$GPUOPS_ARTIFACTS`` 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ import pytest
 from api.config import load_service_config
 from api.service import Service
 from remediation.actions import ActionState
+from tests.api.browser import alert, find, retry_stale, shot
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.browser
@@ -28,33 +29,6 @@ def service(tmp_path: Path):  # noqa: ANN201
     svc = Service(cfg).start()
     yield svc
     svc.stop()
-
-
-def _shot(driver: Any, out: Path, name: str) -> Path:
-    path = out / f"{name}.png"
-    driver.save_screenshot(str(path))
-    print(f"screenshot: {path}")
-    return path
-
-
-def _find(driver: Any, css: str, timeout_s: float = 20) -> Any:
-    """The first element matching *css*, polled (the page draws after its fetches answer)."""
-    from selenium.webdriver.common.by import By
-
-    return wait_until(lambda: (driver.find_elements(By.CSS_SELECTOR, css) or [None])[0], timeout_s=timeout_s,
-                      interval_s=0.1, message=f"an element {css!r} on {driver.current_url}")
-
-
-def _retry_stale(fn: Callable[[], Any], timeout_s: float = 20) -> Any:
-    """Run *fn* until it does not hit an element the page redrew meanwhile (the fleet redraws every 5 s)."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    def attempt() -> Any:
-        try:
-            return fn() or True
-        except StaleElementReferenceException:
-            return None
-    return wait_until(attempt, timeout_s=timeout_s, interval_s=0.1, message="a click on a steady element")
 
 
 @pytest.mark.timeout(240)
@@ -70,49 +44,41 @@ def test_an_operator_signs_in_opens_a_node_and_approves_its_waiting_drain(
     node = waiting.node
 
     browser.get(service.url + "/")
-    assert _find(browser, "#login #token").is_displayed()
+    assert find(browser, "#login #token").is_displayed()
     assert browser.current_url.endswith("/ui/")
-    _shot(browser, artefacts, "01-login")
-    _find(browser, "#token").send_keys(service.admin_token)
-    _find(browser, "#login-submit").click()
+    shot(browser, artefacts, "01-login")
+    find(browser, "#token").send_keys(service.admin_token)
+    find(browser, "#login-submit").click()
 
-    tile = _find(browser, f'.tile[data-node="{node}"]')
+    tile = find(browser, f'.tile[data-node="{node}"]')
     assert tile.get_attribute("data-state") in {"ok", "at_risk", "held", "unknown"}
     assert len(browser.find_elements(By.CSS_SELECTOR, ".tile")) == 16
-    assert _find(browser, "#engine-paused").text == "paused"
-    assert _find(browser, "#engine-armed").text == "dry run"
-    _shot(browser, artefacts, "02-fleet")
+    assert find(browser, "#engine-paused").text == "paused"
+    assert find(browser, "#engine-armed").text == "dry run"
+    shot(browser, artefacts, "02-fleet")
 
-    _retry_stale(lambda: browser.find_element(By.CSS_SELECTOR, f'.tile[data-node="{node}"]').click())
-    row = _find(browser, f'#node-actions tr[data-id="{waiting.id}"]')
+    retry_stale(lambda: browser.find_element(By.CSS_SELECTOR, f'.tile[data-node="{node}"]').click())
+    row = find(browser, f'#node-actions tr[data-id="{waiting.id}"]')
     assert "proposed" in row.text and waiting.reason[:40] in row.text
-    assert _find(browser, "#risk-plot path.risk").get_attribute("d").startswith("M")
-    assert node in _find(browser, "main h1").text
-    _shot(browser, artefacts, "03-node")
+    assert find(browser, "#risk-plot path.risk").get_attribute("d").startswith("M")
+    assert node in find(browser, "main h1").text
+    shot(browser, artefacts, "03-node")
 
-    _find(browser, "#nav-actions").click()
-    _find(browser, f'#queue tr[data-id="{waiting.id}"] button.approve').click()
-    prompt = wait_until(lambda: _alert(browser), timeout_s=10, message="the note prompt")
+    find(browser, "#nav-actions").click()
+    retry_stale(lambda: find(browser, f'#queue tr[data-id="{waiting.id}"] button.approve').click())
+    prompt = wait_until(lambda: alert(browser), timeout_s=10, message="the note prompt")
     prompt.send_keys("checked the ECC counters")
     prompt.accept()
 
-    flash = wait_until(lambda: (lambda t: t if "Approved" in t else None)(_find(browser, "#flash").text),
+    flash = wait_until(lambda: (lambda t: t if "Approved" in t else None)(find(browser, "#flash").text),
                        timeout_s=20, message="the approval's result on screen")
     assert f"on {node}" in flash and "proposed" not in flash
     wait_until(lambda: not browser.find_elements(By.CSS_SELECTOR, f'#queue tr[data-id="{waiting.id}"]'),
                timeout_s=20, message="the approved action leaves the queue")
-    done = _find(browser, f'#recent tr[data-id="{waiting.id}"]')
+    done = find(browser, f'#recent tr[data-id="{waiting.id}"]')
     assert done.get_attribute("data-state") != "proposed"
-    _shot(browser, artefacts, "04-approved")
+    shot(browser, artefacts, "04-approved")
     rec = service.store.get(waiting.id)
     assert rec.state is not ActionState.PROPOSED and rec.dry_run
     assert any("checked the ECC counters" in (h.get("note") or "") for h in service.store.history(waiting.id))
 
-
-def _alert(driver: Any) -> Any:
-    from selenium.common.exceptions import NoAlertPresentException
-
-    try:
-        return driver.switch_to.alert
-    except NoAlertPresentException:
-        return None
