@@ -16,7 +16,7 @@ from api.context import AppContext
 from api.deps import Ctx, Operator, Viewer
 from api.errors import ApiError
 from api.routes import AUTH_ERRORS, CONFLICT, NOT_FOUND
-from api.schemas import Job, JobList, ReplayCreate
+from api.schemas import ErrorBody, Job, JobList, ReplayCreate
 
 router = APIRouter(prefix="/v1/replays", tags=["replays"], responses=AUTH_ERRORS)
 JobId = Annotated[str, PathParam(min_length=1, max_length=64)]
@@ -65,8 +65,9 @@ def _report(ctx: AppContext, job_id: str) -> dict[str, Any]:
     return rep
 
 
-@router.get("/{job_id}/report.html", response_class=HTMLResponse, responses=NOT_FOUND | CONFLICT | {
-    501: {"description": "matplotlib is not installed (pip install gpuops[report])"}})
+@router.get("/{job_id}/report.html", response_class=Response, responses=NOT_FOUND | CONFLICT | {
+    200: {"description": "The replay report as HTML", "content": {"text/html": {"schema": {"type": "string"}}}},
+    501: {"model": ErrorBody, "description": "matplotlib is not installed (pip install gpuops[report])"}})
 def replay_report_html(ctx: Ctx, _: Viewer, job_id: JobId) -> HTMLResponse:
     """The replay report as one self-contained HTML page (models/report_html.py, as ``gpuops replay --html``)."""
     rep = _report(ctx, job_id)
