@@ -4,7 +4,8 @@ Nothing is built at import time; the composition (``api/service.py``) or a test 
 context and calls :func:`create_app`. Routes live in ``api/routes/`` (one router per
 resource), their dependencies in ``api/deps.py``, bodies in ``api/schemas.py`` and the
 error answers in ``api/errors.py``. Everything is under ``/v1`` except ``/healthz``,
-``/readyz`` and ``/metrics``; the OpenAPI document is ``/openapi.json``, its pages ``/docs``.
+``/readyz`` and ``/metrics``; the OpenAPI document is ``/openapi.json``, its pages ``/docs``;
+the dashboard is ``/ui/`` (``api/routes/ui.py``, ``/`` redirects there).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors
 from api.context import AppContext
-from api.routes import actions, engine, health, models, nodes, replays, silences
+from api.routes import actions, engine, health, models, nodes, replays, silences, ui
 
 API_VERSION = "1"
 
@@ -63,5 +64,6 @@ def create_app(ctx: AppContext) -> FastAPI:
     for r in (nodes.router, actions.router, silences.router, engine.router, models.router, replays.router,
               health.router):
         app.include_router(r)
+    ui.mount(app)
     app.add_middleware(_Latency, metrics=ctx.metrics)
     return app

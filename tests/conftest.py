@@ -1,7 +1,7 @@
 """Fixtures for the real test services (shared/DESIGN.md, "Test services").
 
 Tests that integrate talk to a real Kafka broker, a real Slurm controller, a real
-PostgreSQL server and a real Kubernetes API server, started by
+PostgreSQL server, a real Kubernetes API server and a headless Chromium, started by
 ``deploy/testservices/run-tests.sh`` (or by hand with ``kafka_up.sh`` / ``slurm_up.sh`` /
 ``postgres_up.sh`` / ``k8s_up.sh``).
 A test whose service is missing is skipped locally with a message saying how to start
@@ -37,6 +37,8 @@ POSTGRES_HINT = ("no PostgreSQL server: run deploy/testservices/postgres_up.sh a
                  "GPUOPS_TEST_POSTGRES=postgresql+psycopg://postgres@127.0.0.1:15432/gpuops")
 SLURM_HINT = ("no Slurm controller: run deploy/testservices/slurm_up.sh and "
               "export SLURM_CONF=/tmp/gpuops-slurm/etc/slurm.conf")
+BROWSER_HINT = ("no headless browser: apt-get install chromium chromium-driver (run-tests.sh does) and "
+                "pip install selenium (the test extra)")
 K8S_HINT = ("no Kubernetes API server: run deploy/testservices/k8s_up.sh and "
             "export GPUOPS_TEST_K8S=/tmp/gpuops-k8s/kubeconfig")
 
@@ -192,6 +194,44 @@ def kube_api() -> Iterator["ApiClient"]:  # noqa: F821
         service_missing(f"API server of {kubeconfig} is not ready (/readyz: {ready!r}); {K8S_HINT}")
     yield api
     api.close()
+
+
+# ---- A browser (the dashboard) ----------------------------------------------------------
+
+#: where Debian's chromium-driver puts the driver (used as is: no Selenium Manager download)
+CHROMEDRIVER = Path(os.environ.get("GPUOPS_CHROMEDRIVER", "/usr/bin/chromedriver"))
+
+
+@pytest.fixture
+def browser() -> Iterator["WebDriver"]:  # noqa: F821
+    """Headless Chromium driven by Selenium through the system chromedriver; quit afterwards."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None or not CHROMEDRIVER.is_file():
+        service_missing(f"chromium or {CHROMEDRIVER} missing; {BROWSER_HINT}")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service as DriverService
+    except ImportError:
+        service_missing(f"selenium is not installed; {BROWSER_HINT}")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,900", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=DriverService(executable_path=str(CHROMEDRIVER)), options=opts)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def artefacts(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Where a test keeps what a person should look at afterwards (screenshots):
+    ``$GPUOPS_ARTIFACTS/<test name>/`` when set (CI keeps it), else the test's tmp_path."""
+    root = os.environ.get("GPUOPS_ARTIFACTS", "").strip()
+    out = Path(root) / re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name) if root else tmp_path / "artefacts"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 # ---- shared fixtures tree -------------------------------------------------------------------

@@ -9,7 +9,7 @@
 #
 # What it installs when missing (root, Debian 12): apt packages slurmctld slurmd
 # slurm-client munge (slurm_up.sh), a JRE and Maven (kafka_up.sh), postgresql
-# (postgres_up.sh); kube-apiserver and etcd, built once with `go` from the Go module proxy
+# (postgres_up.sh), chromium and chromium-driver (the dashboard's browser test); kube-apiserver and etcd, built once with `go` from the Go module proxy
 # (k8s_build.sh, ~3.5 min cold) into ${GPUOPS_CACHE}/k8s/<version>; the project with
 # `pip install -e '.[test,report]'`; promtool (Debian's prometheus package, for the /metrics
 # check); the Kafka jars into ${GPUOPS_CACHE:-~/.cache/gpuops}.
@@ -17,6 +17,7 @@
 # Environment:
 #   PYTHON                 interpreter to use (default: python, else python3)
 #   GPUOPS_KEEP_SERVICES=1 leave the services running afterwards (faster reruns)
+#   GPUOPS_ARTIFACTS       where tests keep screenshots (default: ./artifacts)
 #   KAFKA_ROOT, KAFKA_PORT, SLURM_ROOT, PG_ROOT, PG_PORT, K8S_ROOT, K8S_PORT, ...   passed through to the *_up.sh scripts
 # Services that were already running when it started are reused and left running; the
 # ones it starts begin from purged state and are always stopped on exit (trap EXIT),
@@ -30,6 +31,8 @@ export KAFKA_ROOT=${KAFKA_ROOT:-/tmp/gpuops-kafka}
 export SLURM_ROOT=${SLURM_ROOT:-/tmp/gpuops-slurm}
 export PG_ROOT=${PG_ROOT:-/tmp/gpuops-pg}
 export K8S_ROOT=${K8S_ROOT:-/tmp/gpuops-k8s}
+# the browser test's screenshots land here, one folder per test (docs/dashboard.md)
+export GPUOPS_ARTIFACTS=${GPUOPS_ARTIFACTS:-$ROOT/artifacts}
 
 log() { printf '[run-tests +%3ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
 
@@ -64,7 +67,7 @@ trap 'exit 143' TERM
 # ---- 1. python packages -----------------------------------------------------------------
 # installed, with its test extras, and from *this* checkout (the `gpuops` command that tests run
 # in subprocesses must be this tree's code, not another clone's editable install)
-installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4, sqlalchemy, alembic, psycopg, kubernetes, prometheus_client, schemathesis, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
+installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4, sqlalchemy, alembic, psycopg, kubernetes, prometheus_client, schemathesis, selenium, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
 if [[ "$installed_from" != "$(pwd -P)" ]]; then
   log "installing gpuops with pip (editable, [test,report]) from $(pwd -P)"
   "$PYTHON" -m pip install -q -e '.[test,report]'
@@ -76,6 +79,15 @@ if ! command -v promtool >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null ||
     { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+fi
+
+# headless Chromium and its driver for the dashboard's browser test (tests/api/test_dashboard_browser.py)
+if { ! command -v chromium >/dev/null || [[ ! -x /usr/bin/chromedriver ]]; } && [[ $(id -u) == 0 ]] &&
+   command -v apt-get >/dev/null; then
+  log "installing chromium and chromium-driver (apt)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null ||
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
 fi
 
 # ---- 2. services ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ ROUTES = [
     ("POST", "/v1/replays", {"recording": "/nonexistent"}, "operator"),
     ("GET", "/v1/replays/JOB", None, "viewer"),
     ("GET", "/v1/replays/JOB/report", None, "viewer"),
+    ("GET", "/v1/replays/JOB/report.html", None, "viewer"),
     ("GET", "/metrics", None, "viewer"),
 ]
 LOWER = {"viewer": None, "operator": "viewer", "admin": "operator"}
@@ -269,6 +270,7 @@ def test_a_replay_of_a_path_that_is_no_recording_is_a_422(client, tmp_path):
         assert_error(client.post("/v1/replays", json={"recording": path}, headers=headers("operator")), 422)
     assert_error(client.get("/v1/replays/nope", headers=headers("viewer")), 404)
     assert_error(client.get("/v1/replays/nope/report", headers=headers("viewer")), 404)
+    assert_error(client.get("/v1/replays/nope/report.html", headers=headers("viewer")), 404)
 
 
 def test_a_replay_job_runs_in_the_background_and_its_report_is_the_spec_report(client, small_recording):
@@ -281,4 +283,7 @@ def test_a_replay_job_runs_in_the_background_and_its_report_is_the_spec_report(c
     assert done["state"] == "succeeded" and done["progress"] == 1.0, done
     rep = orjson.loads(client.get(loc + "/report", headers=headers("viewer")).content)
     assert rep["recording"] == str(small_recording) and "decisions" in rep and "metrics" in rep
+    page = client.get(loc + "/report.html", headers=headers("viewer"))
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert page.text.startswith("<!DOCTYPE html>") and str(small_recording) in page.text
     assert [j["id"] for j in client.get("/v1/replays", headers=headers("viewer")).json()["jobs"]] == [job["id"]]

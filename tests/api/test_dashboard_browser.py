@@ -1,0 +1,84 @@
+"""The dashboard end to end in headless Chromium, against the embedded default (``gpuops serve``
+with no config: the simulated fleet, dry run, the admin token it printed).
+
+The engine is paused through the API first, so its next drain waits in the queue for a person;
+then the browser loads ``/``, signs in, opens that node, approves the action and reads the result.
+Screenshots of each step are kept (``artefacts`` fixture: ``$GPUOPS_ARTIFACTS`` or tmp_path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.config import load_service_config
+from api.service import Service
+from remediation.actions import ActionState
+from tests.api.browser import alert, find, retry_stale, shot
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def service(tmp_path: Path):  # noqa: ANN201
+    cfg = load_service_config(None, port=0, state_dir=str(tmp_path / "state"), simulate={"speedup": 120})
+    svc = Service(cfg).start()
+    yield svc
+    svc.stop()
+
+
+@pytest.mark.timeout(240)
+def test_an_operator_signs_in_opens_a_node_and_approves_its_waiting_drain(
+        service: Service, browser: Any, artefacts: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    auth = {"Authorization": f"Bearer {service.admin_token}"}
+    r = httpx.post(f"{service.url}/v1/engine/pause", headers=auth, json={"note": "browser test"}, timeout=10)
+    assert r.status_code == 200 and r.json()["paused"]
+    waiting = wait_until(lambda: service.store.query(states=[ActionState.PROPOSED], limit=1), timeout_s=150,
+                         interval_s=0.5, message="a drain held for a person while paused")[0]
+    node = waiting.node
+
+    browser.get(service.url + "/")
+    assert find(browser, "#login #token").is_displayed()
+    assert browser.current_url.endswith("/ui/")
+    shot(browser, artefacts, "01-login")
+    find(browser, "#token").send_keys(service.admin_token)
+    find(browser, "#login-submit").click()
+
+    tile = find(browser, f'.tile[data-node="{node}"]')
+    assert tile.get_attribute("data-state") in {"ok", "at_risk", "held", "unknown"}
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".tile")) == 16
+    assert find(browser, "#engine-paused").text == "paused"
+    assert find(browser, "#engine-armed").text == "dry run"
+    shot(browser, artefacts, "02-fleet")
+
+    retry_stale(lambda: browser.find_element(By.CSS_SELECTOR, f'.tile[data-node="{node}"]').click())
+    row = find(browser, f'#node-actions tr[data-id="{waiting.id}"]')
+    assert "proposed" in row.text and waiting.reason[:40] in row.text
+    assert find(browser, "#risk-plot path.risk").get_attribute("d").startswith("M")
+    assert node in find(browser, "main h1").text
+    shot(browser, artefacts, "03-node")
+
+    find(browser, "#nav-actions").click()
+    retry_stale(lambda: find(browser, f'#queue tr[data-id="{waiting.id}"] button.approve').click())
+    prompt = wait_until(lambda: alert(browser), timeout_s=10, message="the note prompt")
+    prompt.send_keys("checked the ECC counters")
+    prompt.accept()
+
+    flash = wait_until(lambda: (lambda t: t if "Approved" in t else None)(find(browser, "#flash").text),
+                       timeout_s=20, message="the approval's result on screen")
+    assert f"on {node}" in flash and "proposed" not in flash
+    wait_until(lambda: not browser.find_elements(By.CSS_SELECTOR, f'#queue tr[data-id="{waiting.id}"]'),
+               timeout_s=20, message="the approved action leaves the queue")
+    done = find(browser, f'#recent tr[data-id="{waiting.id}"]')
+    assert done.get_attribute("data-state") != "proposed"
+    shot(browser, artefacts, "04-approved")
+    rec = service.store.get(waiting.id)
+    assert rec.state is not ActionState.PROPOSED and rec.dry_run
+    assert any("checked the ECC counters" in (h.get("note") or "") for h in service.store.history(waiting.id))
+
