@@ -193,3 +193,19 @@ def test_blocker_really_refuses_a_service_package() -> None:
 @pytest.mark.parametrize("extra", ["service", "report", "test"])
 def test_extras_are_listed(extra: str) -> None:
     assert _pyproject()["project"]["optional-dependencies"][extra]
+
+
+def test_pyproject_is_valid_for_setuptools_and_every_requirement_parses() -> None:
+    from packaging.requirements import Requirement
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    proj = read_configuration(ROOT / "pyproject.toml")["project"]   # validates against the schema
+    for req in proj["dependencies"] + sum(proj["optional-dependencies"].values(), []):
+        Requirement(req)
+
+
+def test_serve_on_the_agent_install_stops_at_once_naming_the_service_extra() -> None:
+    out = subprocess.run([sys.executable, "-c", BLOCKER, ",".join(SERVICE_ONLY), "serve"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "gpuops serve needs pandas, sklearn, numba" in out.stderr and "pip install 'gpuops[service]'" in out.stderr
