@@ -195,6 +195,7 @@ def test_extras_are_listed(extra: str) -> None:
     assert _pyproject()["project"]["optional-dependencies"][extra]
 
 
+@pytest.mark.filterwarnings("ignore:Support for `\\[tool.setuptools\\]`")
 def test_pyproject_is_valid_for_setuptools_and_every_requirement_parses() -> None:
     from packaging.requirements import Requirement
     from setuptools.config.pyprojecttoml import read_configuration
