@@ -20,11 +20,13 @@ import enum
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+
+if TYPE_CHECKING:  # pandas is imported where frames are validated: the node agent never loads it
+    import pandas as pd
 
 #: Version of the records and of the Kafka messages built from them. Bump on any
 #: incompatible change; decoders accept every version listed in SUPPORTED_VERSIONS.
@@ -304,6 +306,8 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
     A column of the wrong type as a whole (strings in a numeric column) rejects the
     rows whose value cannot be read as a number.
     """
+    import pandas as pd
+
     rtype = RecordType(rtype)
     n = len(df)
     reason = np.full(n, None, dtype=object)
@@ -370,6 +374,8 @@ def validate_frame(df: pd.DataFrame, rtype: RecordType | str) -> FrameValidation
 
 def _check_strings(s: pd.Series, is_node: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Null / non-string / malformed-node masks, checking each distinct value once."""
+    import pandas as pd
+
     if isinstance(s.dtype, pd.CategoricalDtype):
         codes, uniques = s.cat.codes.to_numpy(), s.cat.categories.to_numpy(object)
     else:
@@ -388,6 +394,8 @@ def _check_strings(s: pd.Series, is_node: bool) -> tuple[np.ndarray, np.ndarray,
 
 def _to_numeric(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Column → float64 array, plus a mask of values that are not numbers at all."""
+    import pandas as pd
+
     if pd.api.types.is_bool_dtype(s):
         return np.full(len(s), np.nan), np.ones(len(s), bool)
     if pd.api.types.is_numeric_dtype(s):
@@ -403,6 +411,8 @@ def _to_numeric(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _null_series(col: Column, n: int, index: pd.Index) -> Any:
+    import pandas as pd
+
     if col.dtype == "string":
         return pd.Series(pd.array([None] * n, dtype="string"), index=index)
     return np.full(n, np.nan)
@@ -410,6 +420,8 @@ def _null_series(col: Column, n: int, index: pd.Index) -> Any:
 
 def cast_numeric(col: Column, v: np.ndarray) -> Any:
     """Float64 values (NaN = null) in *col*'s contract dtype, as :func:`validate_frame` returns them."""
+    import pandas as pd
+
     if col.dtype.startswith("int"):
         # required keys are never null; optional ones use pandas' nullable integers
         return v.astype(col.dtype) if col.required else pd.array(v, dtype=col.dtype.capitalize())
@@ -418,6 +430,8 @@ def cast_numeric(col: Column, v: np.ndarray) -> Any:
 
 def empty_frame(rtype: RecordType | str) -> pd.DataFrame:
     """A zero-row DataFrame with the contract's columns and dtypes."""
+    import pandas as pd
+
     return validate_frame(pd.DataFrame({c: [] for c in RecordType(rtype).column_names}), rtype).valid
 
 

@@ -39,6 +39,13 @@ def replay(
     from remediation.safety import SafetyConfigError, load_safety_config
 
     console = Console(stderr=True)
+    if html:  # checked before the replay, not after it (the report extra is optional)
+        from api.extras import MissingExtra, require
+        try:
+            require("--html (the HTML report's plots)", "matplotlib")
+        except MissingExtra as e:
+            console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
+            raise typer.Exit(2) from None
     try:
         cfg = load_policy_config(policy)
         mpath = model or default_model_path()

@@ -26,6 +26,13 @@ def serve(
     port: Optional[int] = typer.Option(None, "--port", help="API port (overrides the config; 0: any free port)."),
 ) -> None:
     """Run gpuops as a service: live scoring, the remediation engine, scheduled jobs and the API."""
+    from api.extras import MissingExtra, require
+
+    try:   # a node agent's install (the base one) lacks the service's packages: say so first
+        require("gpuops serve", "pandas", "sklearn", "numba", "fastapi", "uvicorn", "sqlalchemy")
+    except MissingExtra as e:
+        typer.echo(f"gpuops serve: {e}", err=True)
+        raise typer.Exit(2) from None
     run_service(config, host=host, port=port)
 
 

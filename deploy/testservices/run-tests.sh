@@ -11,7 +11,8 @@
 # slurm-client munge (slurm_up.sh), a JRE and Maven (kafka_up.sh), postgresql
 # (postgres_up.sh), chromium and chromium-driver (the dashboard's browser test); kube-apiserver and etcd, built once with `go` from the Go module proxy
 # (k8s_build.sh, ~3.5 min cold) into ${GPUOPS_CACHE}/k8s/<version>; the project with
-# `pip install -e '.[test,report]'`; promtool (Debian's prometheus package, for the /metrics
+# `pip install -e '.[service,test,report]'`; helm, built once from the Go module
+# proxy (helm_build.sh) into ${GPUOPS_CACHE}/helm/<version> and exported as GPUOPS_HELM; promtool (Debian's prometheus package, for the /metrics
 # check); the Kafka jars into ${GPUOPS_CACHE:-~/.cache/gpuops}.
 #
 # Environment:
@@ -67,10 +68,10 @@ trap 'exit 143' TERM
 # ---- 1. python packages -----------------------------------------------------------------
 # installed, with its test extras, and from *this* checkout (the `gpuops` command that tests run
 # in subprocesses must be this tree's code, not another clone's editable install)
-installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, pytest, pytest_timeout, kafka, lz4, sqlalchemy, alembic, psycopg, kubernetes, prometheus_client, schemathesis, selenium, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
+installed_from=$(cd / && "$PYTHON" -c 'import importlib.metadata as m; m.version("gpuops"); import collector, sklearn, numba, pandas, fastapi, matplotlib, pytest, pytest_timeout, kafka, lz4, sqlalchemy, alembic, psycopg, kubernetes, prometheus_client, schemathesis, selenium, os; print(os.path.dirname(os.path.dirname(os.path.realpath(collector.__file__))))' 2>/dev/null || true)
 if [[ "$installed_from" != "$(pwd -P)" ]]; then
-  log "installing gpuops with pip (editable, [test,report]) from $(pwd -P)"
-  "$PYTHON" -m pip install -q -e '.[test,report]'
+  log "installing gpuops with pip (editable, [service,test,report]) from $(pwd -P)"
+  "$PYTHON" -m pip install -q -e '.[service,test,report]'
 fi
 
 # promtool checks the API's /metrics text (tests/api/test_metrics.py); Debian ships it in `prometheus`
@@ -138,7 +139,12 @@ if ! k8s_running; then started_k8s=1; "$HERE/k8s_down.sh" --purge >/dev/null; fi
 out=$("$HERE/k8s_up.sh")
 GPUOPS_TEST_K8S=$(export_value GPUOPS_TEST_K8S "$out")
 export GPUOPS_TEST_K8S
-log "services up: GPUOPS_TEST_KAFKA=$GPUOPS_TEST_KAFKA SLURM_CONF=$SLURM_CONF GPUOPS_TEST_POSTGRES=$GPUOPS_TEST_POSTGRES GPUOPS_TEST_K8S=$GPUOPS_TEST_K8S"
+# helm renders the chart (tests/deploy/test_helm.py); built once from the Go module proxy
+if [[ -z ${GPUOPS_HELM:-} ]]; then
+  GPUOPS_HELM=$("$HERE/helm_build.sh" | tail -1)
+  export GPUOPS_HELM
+fi
+log "services up: GPUOPS_TEST_KAFKA=$GPUOPS_TEST_KAFKA SLURM_CONF=$SLURM_CONF GPUOPS_TEST_POSTGRES=$GPUOPS_TEST_POSTGRES GPUOPS_TEST_K8S=$GPUOPS_TEST_K8S GPUOPS_HELM=$GPUOPS_HELM"
 
 # ---- 3. tests ---------------------------------------------------------------------------------
 (( $# )) || set -- -q

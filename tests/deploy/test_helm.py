@@ -1,0 +1,198 @@
+"""The Helm chart (deploy/helm/gpuops): lint, render, and apply by server-side dry run.
+
+The helm binary is built once from the Go module proxy (deploy/testservices/helm_build.sh,
+GPUOPS_HELM); the dry run goes to the real kube-apiserver of the test services (GPUOPS_TEST_K8S,
+fixture ``kube_api``), object by object with ``dryRun=All`` and strict field validation.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import service_missing
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "gpuops"
+NAMESPACE = "default"   # the test API server runs no namespace controller: never create one to delete
+ALL_ON = ["--set", "safety.armed=true", "--set", "serviceMonitor.enabled=true", "--set", "grafanaDashboard.enabled=true",
+          "--set", "commands.enabled=true", "--set", "commands.key=test-key", "--set", "agent.kmsgFile=/var/log/kern.log",
+          "--set", "auth.tokens[0].name=oncall", "--set", "auth.tokens[0].role=operator",
+          "--set", f"auth.tokens[0].sha256={'a' * 64}"]
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    """Path of the helm binary: GPUOPS_HELM, else the cache helm_build.sh fills."""
+    path = os.environ.get("GPUOPS_HELM") or str(
+        Path(os.environ.get("GPUOPS_CACHE", Path.home() / ".cache" / "gpuops")) / "helm" / "v4.3.2" / "helm")
+    if not os.access(path, os.X_OK):
+        service_missing(f"no helm binary at {path}: run deploy/testservices/helm_build.sh and export GPUOPS_HELM=<its last line>")
+    return path
+
+
+def render(helm: str, *args: str) -> list[dict[str, Any]]:
+    out = subprocess.run([helm, "template", "t", str(CHART), "--namespace", NAMESPACE, *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_helm_lint_passes_with_default_and_all_toggles_on(helm: str) -> None:
+    for args in ([], ALL_ON):
+        out = subprocess.run([helm, "lint", "--strict", str(CHART), *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_default_values_render_a_dry_run_without_monitoring_objects(helm: str) -> None:
+    docs = render(helm)
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Deployment",
+                     "Secret", "Service", "ServiceAccount"]
+    config = by_kind(docs, "ConfigMap")[0]["data"]
+    for name in ("control-plane.yaml", "scoring.yaml"):
+        assert yaml.safe_load(config[name])["safety"]["armed"] is False
+    assert yaml.safe_load(config["control-plane.yaml"])["scoring"]["enabled"] is False   # workers score
+    assert yaml.safe_load(config["scoring.yaml"])["scoring"]["enabled"] is True
+
+
+def test_toggles_arm_and_add_the_service_monitor_and_dashboard(helm: str) -> None:
+    docs = render(helm, *ALL_ON)
+    assert len(by_kind(docs, "ServiceMonitor")) == 1
+    dashboards = [d for d in by_kind(docs, "ConfigMap") if "gpuops.json" in d.get("data", {})]
+    assert len(dashboards) == 1 and dashboards[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
+    cfg = yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["control-plane.yaml"])
+    assert cfg["safety"]["armed"] is True and cfg["commands"]["key_file"] == "/etc/gpuops/secrets/commands.key"
+    agent = by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert "SYS_ADMIN" in agent["securityContext"]["capabilities"]["add"]   # GPU reset, only with commands
+
+
+def test_rendered_service_config_loads_in_gpuops_serve(helm: str, tmp_path: Path, monkeypatch) -> None:
+    from api.config import load_service_config
+
+    docs = render(helm, *ALL_ON)
+    (tmp_path / "commands.key").write_text("k")
+    for name, text in by_kind(docs, "ConfigMap")[0]["data"].items():
+        raw = yaml.safe_load(text)
+        raw["commands"]["key_file"] = str(tmp_path / "commands.key")   # the Secret's mount, here
+        raw["state_dir"] = str(tmp_path)
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(raw))
+        monkeypatch.setenv("GPUOPS_AUTH__TOKENS", by_kind(docs, "Secret")[0]["stringData"]["auth-tokens"])
+        cfg = load_service_config(path)
+        assert cfg.adapter.name == "kubernetes" and cfg.adapter.options == {"in_cluster": True}
+        assert cfg.auth.tokens[0].role == "operator" and cfg.host == "0.0.0.0"
+
+
+def test_agent_env_names_only_real_agent_settings_and_mounts_host_paths_read_only(helm: str) -> None:
+    from collector.agent_settings import AgentSettings
+
+    ds = by_kind(render(helm, *ALL_ON), "DaemonSet")[0]["spec"]["template"]["spec"]
+    c = ds["containers"][0]
+    fields = {f.upper() for f in AgentSettings.model_fields}
+    for env in c["env"]:
+        if env["name"].startswith("GPUOPS_AGENT_"):
+            assert env["name"].removeprefix("GPUOPS_AGENT_") in fields, env["name"]
+    host_volumes = {v["name"] for v in ds["volumes"] if "hostPath" in v}
+    assert host_volumes == {"sys", "kmsg", "varlog"}
+    for m in c["volumeMounts"]:
+        if m["name"] in host_volumes:
+            assert m["readOnly"] is True, m
+    assert c["securityContext"]["privileged"] is False and c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert c["args"] == ["agent"]
+
+
+# the adapter's CoreV1Api calls -> the (resource, verb) the ClusterRole must grant
+ADAPTER_CALLS = {"read_node": ("nodes", "get"), "list_node": ("nodes", "list"), "patch_node": ("nodes", "patch"),
+                 "patch_node_status": ("nodes/status", "patch"), "list_pod_for_all_namespaces": ("pods", "list"),
+                 "create_namespaced_pod_eviction": ("pods/eviction", "create")}
+
+
+def test_cluster_role_grants_every_call_of_the_kubernetes_adapter_and_no_write_beyond_them(helm: str) -> None:
+    src = (ROOT / "remediation" / "adapters" / "kubernetes.py").read_text()
+    calls = set(re.findall(r"self\._core\.([a-z_]+)", src))
+    assert calls and calls <= set(ADAPTER_CALLS), f"a call this test does not map yet: {calls - set(ADAPTER_CALLS)}"
+    role = by_kind(render(helm), "ClusterRole")[0]
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    for call in calls:
+        assert ADAPTER_CALLS[call] in granted, call
+    writes = {(r, v) for r, v in granted if v not in ("get", "list", "watch")}
+    assert writes == {("nodes", "patch"), ("nodes/status", "patch"), ("pods/eviction", "create"), ("events", "create")}
+    assert not any("*" in rule["resources"] or "*" in rule["verbs"] for rule in role["rules"])
+
+
+def test_grafana_dashboard_queries_only_metrics_the_service_exports() -> None:
+    import json
+
+    exported = set(re.findall(r'"(gpuops_[a-z_]+)"', (ROOT / "api" / "metrics.py").read_text()))
+    dash = json.loads((CHART / "dashboards" / "gpuops.json").read_text())
+    used = {m for p in dash["panels"] for t in p["targets"] for m in re.findall(r"gpuops_[a-z_]+", t["expr"])}
+    suffixes = ("_total", "_bucket", "_count", "_sum")
+    base = {next((u.removesuffix(s) for s in suffixes if u.endswith(s) and u.removesuffix(s) in exported), u) for u in used}
+    assert base <= exported, base - exported
+    assert len(base) >= 10
+
+
+def _create(api: Any, doc: dict[str, Any]) -> None:
+    """Create *doc* with dryRun=All and strict field validation, through the typed client."""
+    from kubernetes import client
+
+    kind, ns = doc["kind"], doc["metadata"].get("namespace", NAMESPACE)
+    kw = {"dry_run": "All", "field_validation": "Strict"}
+    core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    calls = {
+        "ServiceAccount": lambda: core.create_namespaced_service_account(ns, doc, **kw),
+        "Secret": lambda: core.create_namespaced_secret(ns, doc, **kw),
+        "ConfigMap": lambda: core.create_namespaced_config_map(ns, doc, **kw),
+        "Service": lambda: core.create_namespaced_service(ns, doc, **kw),
+        "DaemonSet": lambda: apps.create_namespaced_daemon_set(ns, doc, **kw),
+        "Deployment": lambda: apps.create_namespaced_deployment(ns, doc, **kw),
+        "ClusterRole": lambda: rbac.create_cluster_role(doc, **kw),
+        "ClusterRoleBinding": lambda: rbac.create_cluster_role_binding(doc, **kw),
+        "ServiceMonitor": lambda: client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "monitoring.coreos.com", "v1", ns, "servicemonitors", doc, **kw),
+    }
+    calls[kind]()
+
+
+def _has_crd(api: Any, name: str) -> bool:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+@pytest.mark.kubernetes
+@pytest.mark.parametrize("toggles", [[], ALL_ON], ids=["defaults", "all-toggles"])
+def test_rendered_chart_applies_by_server_side_dry_run(helm: str, kube_api: Any, toggles: list[str]) -> None:
+    from kubernetes.client.rest import ApiException
+
+    docs = render(helm, *toggles)
+    monitors = _has_crd(kube_api, "servicemonitors.monitoring.coreos.com")
+    applied = []
+    for doc in docs:
+        if doc["kind"] == "ServiceMonitor" and not monitors:
+            continue   # the Prometheus Operator's CRD is not installed on the test server
+        try:
+            _create(kube_api, doc)
+        except ApiException as e:
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} refused by the API server: {e.status} {e.body}")
+        applied.append(doc["kind"])
+    assert {"DaemonSet", "Deployment", "ClusterRole", "Secret"} <= set(applied)
