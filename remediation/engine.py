@@ -173,6 +173,11 @@ class Engine:
             self._load_history()
             self.reconcile()
             self.state = self.rebuild_state()
+            if self._adapter(self.armed) is not self.adapter:
+                try:                         # disarmed: the real scheduler's view (groups, maintenance) all the same
+                    self.refresh_view()
+                except AdapterError as e:
+                    log.warning("cannot list the scheduler's nodes at start (%s); the maintenance_view job retries", e)
 
     def _load_history(self) -> None:
         now = self.clock()
