@@ -108,6 +108,9 @@ class SchedulerSection(_Section):
     stale_check_s: float = Field(15.0, gt=0, description="How often silent nodes are looked for, s.")
     verify_s: float = Field(30.0, gt=0, description="How often the leader passes over open actions (retry, "
                             "verify, expire, follow-ups), s, besides after every tick.")
+    maintenance_view_s: float = Field(60.0, gt=0, description="How often the scheduler's nodes are re-listed "
+                                      "for their partitions, labels and declared maintenance, s. 60: a "
+                                      "maintenance window shows within a minute at one list call per minute.")
     retention_s: float = Field(3600.0, gt=0, description="How often old rows are deleted, s.")
     retention_days: float = Field(30.0, gt=0, description="Node scores and alerts older than this go, days; "
                                   "action records (the audit trail) are kept.")

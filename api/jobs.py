@@ -8,6 +8,11 @@
   view's held nodes from the store here (only the leader's engine knows them first-hand).
 - **verification** (leader): ``engine.maintain()`` — retries, verification of held nodes
   before resume, follow-ups, expiry of proposals nobody answered.
+- **maintenance view** (every replica): ``engine.refresh_view()`` re-lists the scheduler's
+  nodes (``adapter.list_nodes()``) and records each one's partitions, labels (rack, switch)
+  and declared maintenance (a Slurm MAINT reservation, an admin's drain, a Kubernetes cordon
+  or ``gpuops.io/maintenance-until``) in the engine: silences by selector, facility groups
+  and the per-partition caps use this view; the check before each action reads the node again.
 - **retention** (leader): node scores and alerts older than ``retention_days`` go.
 - **retraining** (leader, off by default): :func:`api.retrain.retrain` trains through the model
   registry and activates the new bundle only if it beats the current one on a held-out
@@ -84,6 +89,16 @@ class ServiceJobs:
         if self.drain_on_silence:
             self.engine.request(ActionKind.DRAIN, node, why, actor="engine:silence", dry_run=not self.engine.armed)
 
+    def maintenance_view(self) -> int:
+        """Refresh the engine's view of the scheduler's nodes; the number listed."""
+        self._ran("maintenance_view")
+        n = self.engine.refresh_view()
+        under = self.engine.under_maintenance()
+        if under:
+            log.info("maintenance view: %d nodes listed, %d under maintenance or someone else's drain: %s",
+                     n, len(under), ", ".join(under[:20]) + (" ..." if len(under) > 20 else ""))
+        return n
+
     def verify(self) -> None:
         """The leader's pass over open actions."""
         self._ran("verify")
@@ -127,6 +142,8 @@ def build_scheduler(jobs: ServiceJobs, cfg: SchedulerSection) -> Any:
     sched.add_job(safe("stale_telemetry", jobs.stale_telemetry), "interval", seconds=cfg.stale_check_s,
                   id="stale_telemetry")
     sched.add_job(safe("verify", jobs.verify), "interval", seconds=cfg.verify_s, id="verify")
+    sched.add_job(safe("maintenance_view", jobs.maintenance_view), "interval", seconds=cfg.maintenance_view_s,
+                  id="maintenance_view")
     sched.add_job(safe("retention", jobs.retention), "interval", seconds=cfg.retention_s, id="retention")
     if cfg.retrain_enabled:
         sched.add_job(safe("retrain", jobs.retrain), "interval", seconds=cfg.retrain_s, id="retrain")

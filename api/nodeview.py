@@ -91,13 +91,13 @@ class NodeView:
         """Recent events per node (XIDs, operator events, command results) for the node page."""
         with self._write:
             for e in events:
-                node = str(e.get("node", ""))
-                if not node:
-                    continue
-                q = self._events.get(node)
-                if q is None:
-                    q = self._events[node] = deque(maxlen=self.events_per_node)
-                q.append(dict(e))
+                # an operator maintenance event lists its nodes: it shows on each one's timeline
+                listed = e.get("nodes") if isinstance(e.get("nodes"), list) else [e.get("node", "")]
+                for node in dict.fromkeys(str(n) for n in listed if n):
+                    q = self._events.get(node)
+                    if q is None:
+                        q = self._events[node] = deque(maxlen=self.events_per_node)
+                    q.append(dict(e))
 
     def _state(self, name: str, risk: float, rule: int | None) -> str:
         if name in self._stale:

@@ -238,6 +238,7 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
     report: dict[str, Any] = {"recording": str(path), "decisions": decisions, "baseline_decisions": baseline,
                               "model": bundle_info, "policy": policy.model_dump(mode="json"),
                               "summary": result.stats}
+    report["operator_events"] = operator_timeline(rec.events())
     incidents = rec.incidents()
     if incidents is not None:
         kw = dict(node_days=rec.manifest.node_days, gpus_per_node=rec.manifest.gpus_per_node)
@@ -246,6 +247,23 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
         report["incidents"] = incidents
         report["metrics"] = {"model": model_m, "rules_baseline": base_m, "comparison": compare(model_m, base_m)}
     return report
+
+
+def operator_timeline(events: Any) -> dict[str, list[dict[str, Any]]]:
+    """The recording's ``source=operator`` events on each node's timeline (a maintenance event on
+    every node it lists), in time order; JSON-ready."""
+    import math
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    if events is None or not len(events) or "source" not in events:
+        return out
+    for row in events[events["source"] == "operator"].to_dict("records"):
+        ev = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v)) and v is not None}
+        ev = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in ev.items()}
+        nodes = ev.get("nodes") if isinstance(ev.get("nodes"), list) else [ev.get("node")]
+        for node in dict.fromkeys(str(n) for n in nodes if n):
+            out.setdefault(node, []).append(ev)
+    return out
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:

@@ -117,3 +117,5 @@ class ScoresFeed:
         except WireError:
             return                           # the scoring workers dead-letter what they cannot read
         self.nodes.add_events([event])
+        if event.get("source") == "operator":
+            self.engine.on_operator_event(event)   # a maintenance window: a silence (same id on every replica)

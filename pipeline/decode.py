@@ -8,7 +8,10 @@ check is looked at row by row, with :func:`collector.schema.validate_record` giv
 reason, so one bad sample costs only itself. Events (:func:`collector.wire.decode_event`)
 are validated the same way; ``kind == "xid"`` events become :class:`XidRows`, an event with
 no ``gpu`` getting its GPU from its ``pci_bus_id`` where GPU samples have named that bus id
-(:class:`pipeline.registry.PciGpuMap`).
+(:class:`pipeline.registry.PciGpuMap`). Every other valid event (operator maintenance
+windows, scheduler and BMC events, ...) is kept as its record in :attr:`Decoded.events`; an
+operator maintenance event that does not parse (:mod:`collector.operator_events`) is
+rejected with the reason.
 
 Arrow-encoded telemetry (``collector.wire``, picked by its first bytes) skips the Python
 lists altogether: :class:`pipeline.decode_arrow.ArrowDecoder` reads a poll's Arrow messages
@@ -27,6 +30,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from collector.operator_events import OperatorEventError, maintenance_window
 from collector.schema import RecordType, validate_record
 from collector.wire import WireError, columns_to_rows, decode_event, decode_telemetry, is_arrow, split_arrow
 from pipeline.bus import BusMessage, TopicPartition
@@ -64,6 +68,8 @@ class Decoded:
     net: NetRows
     xids: XidRows
     rejected: list[Rejected] = field(default_factory=list)
+    #: every other valid event, as its record (operator maintenance windows, scheduler events, ...)
+    events: list[dict[str, Any]] = field(default_factory=list)
     progress: list[tuple[TopicPartition, int, float]] = field(default_factory=list)
 
 
@@ -158,6 +164,14 @@ class MessageDecoder:
                     xids.append((float(ev["ts"]), self.keys.nodes.id_of(ev["node"]), int(g), int(ev["code"])))
                     xid_bus.append(ev.get("pci_bus_id"))
                     newest = float(ev["ts"])
+                else:
+                    try:
+                        maintenance_window(ev)
+                    except OperatorEventError as e:
+                        reject(str(e), ev)
+                    else:
+                        out.events.append(ev)
+                        newest = float(ev["ts"])
             else:
                 reject(f"unexpected topic {m.topic!r}", m.value)
             out.progress.append((tp, m.offset, newest))

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from collector.operator_events import OperatorEventError, maintenance_window
 from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.base import CLASSES
 from models.node_scores import NodeScores
@@ -37,9 +38,10 @@ from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action
 from .adapters.base import Adapter, AdapterError, NodeStatus, TransientAdapterError
 from .adapters.dryrun import DryRunAdapter
 from .config import PolicyConfig
+from .facility import FLEET, FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
-from .silences import Silence, SilenceBook, first_match
+from .silences import Mutes, Silence, SilenceBook, SilenceError, first_match
 from .store import ActionStore, NodeScoreRow
 
 log = logging.getLogger(__name__)
@@ -113,6 +115,12 @@ class Engine:
         self.counts: dict[str, int] = {}
         #: the policy's decisions of the last tick (replay reports them beside the records)
         self.last_decisions: list[Decision] = []
+        #: correlated onsets (a rack's power brake): one alert for the group, members not drained
+        self.facility = FacilityTracker(window_s=self.safety.facility_window_s,
+                                        min_nodes=self.safety.facility_min_nodes,
+                                        fraction=self.safety.facility_fraction)
+        #: facility-event members (node, telemetry time): the breaker counts them like actions
+        self._facility_past: list[tuple[str, float]] = []
 
     # ---- run-time switches (in the store: shared, audited, survive restarts) --------------
 
@@ -165,6 +173,11 @@ class Engine:
             self._load_history()
             self.reconcile()
             self.state = self.rebuild_state()
+            if self._adapter(self.armed) is not self.adapter:
+                try:                         # disarmed: the real scheduler's view (groups, maintenance) all the same
+                    self.refresh_view()
+                except AdapterError as e:
+                    log.warning("cannot list the scheduler's nodes at start (%s); the maintenance_view job retries", e)
 
     def _load_history(self) -> None:
         now = self.clock()
@@ -203,6 +216,45 @@ class Engine:
                 log.warning("%s: drained by gpuops (%r) without a record here: held until verified", st.name, st.reason)
                 nodes[st.name] = NodeState(held_since=now, held_grade=Grade.CERTAIN)
         return PolicyState(nodes=nodes)
+
+    def refresh_view(self) -> int:
+        """Re-read the scheduler's nodes: partitions, labels and declared maintenance (the
+        APScheduler job ``maintenance_view`` calls this; the check before each action reads
+        the node's status anew anyway). Returns how many nodes were listed; an adapter error
+        leaves the last view in place and is raised for the job to log."""
+        listed = self.adapter.list_nodes()
+        with self._lock:
+            for st in listed:
+                self._partitions[st.name] = st.partitions
+                self._known[st.name] = st
+        return len(listed)
+
+    def on_operator_event(self, event: dict[str, Any]) -> Silence | None:
+        """An operator maintenance event (collector/operator_events.py) becomes a silence of
+        actions on its nodes for its window (alerts still show what gpuops saw). The silence's
+        id is deterministic, so the same event on every replica, or replayed, is one silence.
+        Any other event: ``None``. A malformed or refused window is logged, not raised."""
+        try:
+            window = maintenance_window(event)
+        except OperatorEventError as e:
+            log.warning("operator event ignored: %s", e)
+            return None
+        if window is None:
+            return None
+        author = "operator:" + (window.author or "event")
+        try:
+            sil = self.silences.create(author=author, reason=f"maintenance event: {window.reason}",
+                                       nodes=window.nodes, mutes=Mutes.ACTIONS, starts_at=window.start,
+                                       ends_at=window.end)
+        except SilenceError as e:
+            log.warning("operator maintenance event on %s not turned into a silence: %s", ", ".join(window.nodes), e)
+            return None
+        self._count("operator_maintenance")
+        return sil
+
+    def under_maintenance(self) -> list[str]:
+        """The nodes the last view showed under declared maintenance or drained by someone else."""
+        return sorted(n for n, st in self._known.items() if st.maintenance or (st.drained and not st.ours))
 
     def reconcile(self) -> int:
         """Bring every in-flight action in line with the cluster; returns how many it moved."""
@@ -264,15 +316,55 @@ class Engine:
             armed = self.armed
             snap = self._snapshot(now)
             active = self.silences.active(now)
-            self._check_breaker([d for d in decisions if not first_match(active, d.node, self._known.get(d.node),
-                                                                         kind_of(d))], snap)
+            unmuted = [d for d in decisions if not first_match(active, d.node, self._known.get(d.node), kind_of(d))]
+            events = self._facility_events(unmuted)
+            self._check_breaker(unmuted, snap)
             out: list[ActionRecord] = []
+            for ev in {id(e): e for e in events.values()}.values():
+                rec = self._admit(self._facility_alert(ev, now, armed), snap, active)
+                if rec is not None:
+                    out.append(rec)
             for d in decisions:
                 rec = self._record(d, now, armed, (evidence or {}).get(d.node, {}))
-                rec = self._admit(rec, snap, active)
+                ev = events.get((d.node, d.fault.value if d.fault else ""))
+                rec = self._admit(rec, snap, active, facility=ev if kind_of(d).holds_node else None)
                 if rec is not None:
                     out.append(rec)
             return out
+
+    # ---- facility events (remediation/facility.py) --------------------------------------------
+
+    def groups_of(self, node: str) -> NodeGroups:
+        """Where the scheduler says *node* sits: labelled groups (rack, switch), then its partitions."""
+        st = self._known.get(node)
+        extra = st.extra if st is not None else {}
+        labelled = tuple(f"{k}/{extra[k]}" for k in self.safety.facility_labels if extra.get(k))
+        parts = st.partitions if st is not None and st.partitions else self._partitions.get(node, ())
+        return NodeGroups(labelled, tuple(f"partition/{p}" for p in parts))
+
+    def _facility_events(self, decisions: Sequence[Decision]) -> dict[tuple[str, str], FacilityEvent]:
+        onsets = [(Onset(d.node, d.fault.value, d.ts), self.groups_of(d.node))
+                  for d in decisions if d.fault is not None and kind_of(d).holds_node]
+        if not onsets:
+            return {}
+        sizes: dict[str, int] = {FLEET: max(self._fleet_size, len(self._partitions), len(self._known))}
+        for parts in self._partitions.values():
+            for part in parts:
+                sizes[f"partition/{part}"] = sizes.get(f"partition/{part}", 0) + 1
+        now = max(o.ts for o, _ in onsets)
+        events = self.facility.observe(now, onsets, sizes)
+        self._facility_past.extend((node, now) for node, _ in events)
+        self._facility_past = [(n, t) for n, t in self._facility_past if now - t < self.safety.breaker_window_s]
+        return events
+
+    def _facility_alert(self, ev: FacilityEvent, now: float, armed: bool) -> ActionRecord:
+        """The one alert of a facility event: its node is ``facility:<group>``, its reason names the members."""
+        return ActionRecord(
+            id=action_id(ev.name, ActionKind.ALERT, None, ev.fault, ev.start), node=ev.name, kind=ActionKind.ALERT,
+            state=ActionState.PROPOSED, reason=ev.describe(), actor=ENGINE_ACTOR, incident_ts=ev.start,
+            created_at=now, updated_at=now, fault=ev.fault, source="facility",
+            evidence={"group": ev.group, "members": sorted(ev.members)},
+            dry_run=not armed, adapter=self.adapter.name if armed else self.dry.name)
 
     def _record(self, d: Decision, now: float, armed: bool, evidence: dict[str, Any]) -> ActionRecord:
         kind = kind_of(d)
@@ -315,17 +407,20 @@ class Engine:
             return
         recent = {p.node for p in self._past
                   if p.automatic and p.kind.holds_node and snap.now - p.created_at < cfg.breaker_window_s}
+        recent |= {n for n, _ in self._facility_past}     # a facility event's members count, though not drained
         limit = breaker_limit(cfg, snap.fleet_size)
         if len(recent | acting) > limit:
             self._open_breaker(len(recent | acting), limit)
             snap.breaker_open = True
 
-    def _admit(self, rec: ActionRecord, snap: Snapshot, active: Sequence[Silence] = ()) -> ActionRecord | None:
+    def _admit(self, rec: ActionRecord, snap: Snapshot, active: Sequence[Silence] = (),
+               facility: FacilityEvent | None = None) -> ActionRecord | None:
         """Gate one new record, persist it, and execute it if it may go now.
 
         A silence in force that mutes the record's kind comes first: the record is written
         rejected with ``blocked_by="silence:<id>"``. Then the safety gate; a Slurm MAINT
-        reservation is named in ``blocked_by`` (``maintenance:<reservation>``).
+        reservation is named in ``blocked_by`` (``maintenance:<reservation>``). A member of a
+        facility event (*facility*) is rejected with ``blocked_by="facility:<group>"``.
         """
         if rec.kind is ActionKind.ALERT:
             sil = first_match(active, rec.node, self._known.get(rec.node), rec.kind)
@@ -347,6 +442,9 @@ class Engine:
         sil = first_match(active, rec.node, status or self._known.get(rec.node), rec.kind)
         if sil is not None:
             verdict = Verdict(Outcome.NO, f"silence:{sil.id}", f"muted by {sil.describe()}")
+        elif facility is not None:
+            verdict = Verdict(Outcome.NO, facility.name, f"one of {len(facility.members)} nodes of {facility.group} "
+                              f"showing {facility.fault} at once: a facility event, alerted for the group")
         else:
             verdict = _named(gate(rec.kind, rec.node, rec.incident_ts, snap, self.safety,
                                   maintenance=bool(status and status.maintenance),
@@ -700,6 +798,8 @@ class Engine:
         return {"armed": self.armed, "paused": self.paused, "breaker": self.breaker,
                 "adapter": self.adapter.name, "held": sorted(self.holds), "counts": dict(self.counts),
                 "silences": [s.id for s in self.silences.active(self.clock())],
+                "facility_events": [{"group": ev.group, "fault": ev.fault, "start": ev.start, "last": ev.last,
+                                     "members": sorted(ev.members)} for ev in self.facility.events.values()],
                 "safety": self.safety.model_dump(mode="json")}
 
 

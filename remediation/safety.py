@@ -95,6 +95,21 @@ class SafetyConfig(BaseModel):
     max_silence_s: float = Field(
         7 * 86400.0, gt=0, description="The longest silence a person may declare, s (7 days): a forgotten "
         "silence would mute gpuops for good; a longer job declares a new one when this ends.")
+    facility_window_s: float = Field(
+        300.0, gt=0, description="Acting decisions of one fault class on facility_min_nodes nodes of one group "
+        "(rack, leaf switch, partition) within this, s, are one facility event (remediation/facility.py): one "
+        "alert for the group, no drains. 300 s: a rack's power brake or a switch's flap reaches all its nodes "
+        "within a few telemetry intervals; independent faults rarely line up that closely.")
+    facility_min_nodes: int = Field(
+        3, ge=2, description="Nodes of one group needed for a facility event. 3: two nodes of a rack failing "
+        "together happens by chance in a big fleet; three with the same fault in the same minutes rarely does.")
+    facility_fraction: float = Field(
+        0.25, gt=0, le=1, description="For a partition, or the whole fleet when the scheduler reports no group "
+        "for a node: the members must also be at least this share of it (0-1). 25 %: a partition is far bigger "
+        "than a rack, so a few nodes in it are not one event, a quarter at once is.")
+    facility_labels: tuple[str, ...] = Field(
+        ("rack", "leaf", "switch"), description="NodeStatus.extra labels that name a node's physical group, "
+        "tried in order (an adapter that knows a node's rack or switch reports it there).")
     reset_timeout_s: float = Field(
         300.0, gt=0, description="A GPU reset command's expiry, s: without a result from the node agent by then "
         "the action fails (it is never sent twice blindly).")

@@ -96,7 +96,9 @@ def test_approve_reject_and_cancel_act_on_proposals(gpuops, api_ctx):
 
     api_ctx.engine.pause("operator:test")
     api_ctx.clock.t += 60
-    recs = {r.node: r for r in api_ctx.engine.tick(fleet(FLEET, api_ctx.clock.t, rule_nodes=[3, 4, 5]), explain)}
+    # three independent faults (one fault on 3 of the 6 nodes at once would be a facility event)
+    tick = fleet(FLEET, api_ctx.clock.t, rule_nodes=[3, 4, 5], rule_fault=["ib_link", "nvlink", "pcie"])
+    recs = {r.node: r for r in api_ctx.engine.tick(tick, explain)}
     assert gpuops("approve", recs["n00003"].id, "--note", "ok").exit_code == 0
     assert json.loads(gpuops("reject", recs["n00004"].id, "--json").stdout)["state"] == "rejected"
     assert "cancelled" in gpuops("cancel", recs["n00005"].id).output

@@ -191,7 +191,9 @@ def test_rejecting_and_cancelling_proposals_record_the_person(client, api_ctx):
     api_ctx.engine.pause("operator:test")
     api_ctx.clock.t += 60
     from tests.remediation.test_engine import explain, fleet
-    recs = {r.node: r for r in api_ctx.engine.tick(fleet(FLEET, api_ctx.clock.t, rule_nodes=[3, 4]), explain)}
+    # faults of their own: with the fixture's ib_link on n00001, one fault on 3 of 6 nodes would be a facility event
+    tick = fleet(FLEET, api_ctx.clock.t, rule_nodes=[3, 4], rule_fault=["nvlink", "pcie"])
+    recs = {r.node: r for r in api_ctx.engine.tick(tick, explain)}
     r = client.post(f"/v1/actions/{recs['n00003'].id}/reject", json={"note": "false alarm"}, headers=headers("operator"))
     assert r.json()["state"] == "rejected"
     r = client.post(f"/v1/actions/{recs['n00004'].id}/cancel", headers=headers("admin"))

@@ -67,3 +67,43 @@ def test_retention_runs_on_the_leader_only(tmp_path: Path) -> None:
     assert jobs.retention() == {}
     jobs.is_leader = lambda: True
     assert jobs.retention() == {"node_scores": 0, "alerts": 0}
+
+
+class _Listing(DryRunAdapter):
+    """Our own adapter boundary: counts list_nodes calls, returns what the test sets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lists = 0
+
+    def list_nodes(self):  # noqa: ANN201
+        self.lists += 1
+        return super().list_nodes()
+
+
+def test_the_maintenance_view_job_relists_the_nodes_and_records_partitions_and_maintenance(tmp_path: Path) -> None:
+    from remediation.adapters.base import NodeStatus
+
+    store = ActionStore(f"sqlite:///{tmp_path / 'a.db'}")
+    store.migrate()
+    adapter = _Listing()
+    engine = Engine(store, adapter, clock=lambda: 5000.0)
+    jobs = ServiceJobs(store, engine, NodeView(), {}, lambda: True, stale_after_s=60.0)
+    adapter.set_status(NodeStatus(name="n1", partitions=("gpu",)))
+    assert jobs.maintenance_view() == 1 and engine.under_maintenance() == []
+    adapter.set_status(NodeStatus(name="n1", partitions=("gpu", "debug"), maintenance=True))
+    adapter.set_status(NodeStatus(name="n2", partitions=("gpu",), drained=True, ours=False, reason="admin"))
+    assert jobs.maintenance_view() == 2
+    assert engine.under_maintenance() == ["n1", "n2"]
+    assert engine.groups_of("n1").partitions == ("partition/gpu", "partition/debug")
+    assert adapter.lists == 2 and jobs.runs["maintenance_view"] == 2
+
+
+def test_the_scheduler_runs_the_maintenance_view_job(tmp_path: Path) -> None:
+    from api.config import SchedulerSection
+    from api.jobs import build_scheduler
+
+    _, _, _, _, _, jobs = _setup(tmp_path)
+    sched = build_scheduler(jobs, SchedulerSection(maintenance_view_s=5))
+    job = sched.get_job("maintenance_view")
+    assert job is not None and job.trigger.interval.total_seconds() == 5

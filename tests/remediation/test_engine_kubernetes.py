@@ -1,44 +1,69 @@
-"""The armed engine on the real kube-apiserver: a rule's drain cordons and taints the node with gpuops'
-own taint, a node someone else cordoned is left alone, and the engine's resume removes only its own taint."""
+"""The engine on a real kube-apiserver (marker ``kubernetes``): a node someone else cordoned is
+left alone, and a ``gpuops.io/maintenance-until`` window is honoured until its end — with the
+engine's clock and the adapter's moving together across the annotated time."""
 
 from __future__ import annotations
 
-import time
+from pathlib import Path
 
 import pytest
 
-from collector.schema import Action
-from remediation.actions import ActionKind, ActionState
+from collector.schema import Action, FaultClass, Grade
+from remediation.actions import ActionState
+from remediation.adapters.kubernetes import FAULT_TAINT, MAINTENANCE_ANNOTATION, KubernetesAdapter, rfc3339
 from remediation.engine import Engine
-from remediation.safety import SafetyConfig
-from tests.remediation.test_adapter_kubernetes import World, world  # noqa: F401  (fixture)
-from tests.remediation.test_engine import explain, fleet
+from remediation.policy import Decision
+from remediation.store import ActionStore
+
+from tests.remediation.test_adapter_kubernetes import NOW, World, _taints, world  # noqa: F401 - the fixture
+from tests.remediation.test_engine import LOOSE, POLICY, Clock
 
 pytestmark = pytest.mark.kubernetes
 
 
-def taints(w: World, name: str) -> dict[str, str]:
-    """The node's taints, less the ones the API server's admission adds itself (node.kubernetes.io/...)."""
-    return {t.key: t.effect for t in (w.core.read_node(name).spec.taints or [])
-            if not t.key.startswith("node.kubernetes.io/")}
+def _engine(tmp_path: Path, w: World, clock: Clock) -> tuple[Engine, KubernetesAdapter]:
+    store = ActionStore(f"sqlite:///{tmp_path / 'actions.db'}")
+    store.migrate()
+    adapter = KubernetesAdapter(w.api, clock=clock)
+    e = Engine(store, adapter, policy=POLICY, safety=LOOSE, clock=clock)
+    e.start()
+    e.arm("operator:test")
+    return e, adapter
 
 
-def test_the_armed_engine_cordons_and_taints_through_kubernetes_and_undoes_only_its_own(world: World, store):
-    ours = world.node("gpu", taints=[{"key": "site/gpu-type", "value": "h100", "effect": "NoSchedule"}])
-    theirs = world.node("other", unschedulable=True)
-    engine = Engine(store, world.adapter(), safety=SafetyConfig(armed=True))
-    engine.start()
-    scores = fleet(2, time.time(), rule_nodes=[0, 1], rule_fault="ib_link")
-    scores.node[:] = [ours, theirs]
-    recs = {r.node: r for r in engine.tick(scores, explain)}
-    assert recs[ours].state in (ActionState.SUCCEEDED, ActionState.VERIFIED)
-    assert (recs[theirs].state, recs[theirs].blocked_by) == (ActionState.REJECTED, "not_ours")
-    node = world.core.read_node(ours)
-    assert node.spec.unschedulable is True
-    assert taints(world, ours) == {"site/gpu-type": "NoSchedule", "gpuops.io/fault": "NoSchedule"}
+def _drain(node: str, ts: float) -> Decision:
+    return Decision(ts, node, 0, Action.DRAIN, FaultClass.HBM_ECC, 0.95, "rows remapped", "model", Grade.PREDICTED)
 
-    done = engine.request(ActionKind.RESUME, ours, "checked the cable", "operator:jo", dry_run=False, force=True)
-    assert done.state is ActionState.SUCCEEDED
-    assert not world.core.read_node(ours).spec.unschedulable
-    assert taints(world, ours) == {"site/gpu-type": "NoSchedule"}
-    assert world.core.read_node(theirs).spec.unschedulable is True     # someone else's cordon stays
+
+def test_a_node_cordoned_by_another_actor_is_left_alone(world: World, tmp_path: Path) -> None:
+    node = world.node(unschedulable=True, taints=[{"key": "ops/debugging", "effect": "NoSchedule"}])
+    clock = Clock(NOW)
+    e, _ = _engine(tmp_path, world, clock)
+    [rec] = e.submit([_drain(node, clock.t)])
+    assert (rec.state, rec.blocked_by) == (ActionState.REJECTED, "not_ours")
+    obj = world.read_node(node)
+    assert obj.spec.unschedulable is True and "ops/debugging" in _taints(obj) and FAULT_TAINT not in _taints(obj)
+    assert node not in e.holds
+    e.refresh_view()
+    assert node in e.under_maintenance()
+
+
+def test_an_annotated_maintenance_window_is_honoured_until_its_end(world: World, tmp_path: Path) -> None:
+    until = NOW + 3600
+    node = world.node(annotations={MAINTENANCE_ANNOTATION: rfc3339(until)})
+    clock = Clock(NOW)
+    e, _ = _engine(tmp_path, world, clock)
+    [rec] = e.submit([_drain(node, clock.t)])
+    assert (rec.state, rec.blocked_by) == (ActionState.REJECTED, "maintenance")
+    assert rfc3339(until) in e.store.history(rec.id)[-1]["note"]
+    assert world.read_node(node).spec.unschedulable is not True
+
+    clock.t = until - 60                                  # still inside the window
+    [rec] = e.submit([_drain(node, clock.t)])
+    assert rec.blocked_by == "maintenance" and world.read_node(node).spec.unschedulable is not True
+
+    clock.t = until + 60                                  # the window is over: gpuops acts again
+    [rec] = e.submit([_drain(node, clock.t)])
+    assert rec.state is ActionState.SUCCEEDED and rec.blocked_by is None
+    obj = world.read_node(node)
+    assert obj.spec.unschedulable is True and _taints(obj)[FAULT_TAINT][0] == "hbm_ecc"
