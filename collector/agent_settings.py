@@ -59,9 +59,11 @@ class AgentSettings(BaseSettings):
     dcgm_timeout_s: float = Field(2.0, gt=0, description=(
         "Seconds to wait for dcgm-exporter. It answers in milliseconds locally; 2 s bounds a stuck scrape "
         "well inside one interval."))
-    bmc_host: str | None = Field(None, description="The node's BMC for the ipmi source (host name or IP).")
+    bmc_host: str | None = Field(None, description=(
+        "The node's BMC for the ipmi source (host name or IP of its management port). None: ipmi is unconfigured."))
     bmc_port: int = Field(623, ge=1, le=65535, description="IPMI LAN (RMCP+) UDP port of the BMC; 623 is the standard.")
-    bmc_user: str | None = Field(None, description="BMC user for IPMI.")
+    bmc_user: str | None = Field(None, description=(
+        "BMC user for IPMI; an operator-level account suffices to read the SEL and sensors."))
     bmc_password_file: Path | None = Field(None, description=(
         "File holding the BMC password (first line, mode 600); else $IPMI_PASSWORD. Never a flag: argv is public."))
     bmc_state_file: Path | None = Field(Path("/var/lib/gpuops-agent/ipmi-sel.json"), description=(

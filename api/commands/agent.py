@@ -82,6 +82,9 @@ def agent(
     sysfs_root: Optional[Path] = typer.Option(None, "--sysfs-root", help="sysfs root (default /sys)."),
     kmsg_file: Optional[Path] = typer.Option(None, "--kmsg-file", help="Kernel log file instead of /dev/kmsg."),
     dcgm_url: Optional[str] = typer.Option(None, "--dcgm-url", help="dcgm-exporter /metrics URL or a scrape file."),
+    bmc_host: Optional[str] = typer.Option(None, "--bmc-host", help="The node's BMC for the ipmi source (the "
+                                           "password: --bmc-password-file setting or $IPMI_PASSWORD, never a flag)."),
+    redfish_url: Optional[str] = typer.Option(None, "--redfish-url", help="Redfish root of the node's BMC."),
     node: Optional[str] = typer.Option(None, "--node", help="Node name (default: short host name)."),
     interval: Optional[float] = typer.Option(None, "--interval", min=0.01, help="Seconds between samples."),
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka bootstrap host:port[,…]."),
@@ -102,7 +105,7 @@ def agent(
     from collector.sources.base import SourceError
 
     overrides = {k: v for k, v in dict(sink=sink, sources=sources, sysfs_root=sysfs_root, kmsg_file=kmsg_file,
-                                       dcgm_url=dcgm_url, node=node, interval_s=interval, bootstrap=bootstrap,
+                                       dcgm_url=dcgm_url, bmc_host=bmc_host, redfish_url=redfish_url, node=node, interval_s=interval, bootstrap=bootstrap,
                                        health_file=health_file, wire_format=wire_format,
                                        publish_every_ticks=publish_every_ticks).items() if v is not None}
     if once and health_file is None:
