@@ -59,6 +59,21 @@ class AgentSettings(BaseSettings):
     dcgm_timeout_s: float = Field(2.0, gt=0, description=(
         "Seconds to wait for dcgm-exporter. It answers in milliseconds locally; 2 s bounds a stuck scrape "
         "well inside one interval."))
+    bmc_host: str | None = Field(None, description=(
+        "The node's BMC for the ipmi source (host name or IP of its management port). None: ipmi is unconfigured."))
+    bmc_port: int = Field(623, ge=1, le=65535, description="IPMI LAN (RMCP+) UDP port of the BMC; 623 is the standard.")
+    bmc_user: str | None = Field(None, description=(
+        "BMC user for IPMI; an operator-level account suffices to read the SEL and sensors."))
+    bmc_password_file: Path | None = Field(None, description=(
+        "File holding the BMC password (first line, mode 600); else $IPMI_PASSWORD. Never a flag: argv is public."))
+    bmc_state_file: Path | None = Field(Path("/var/lib/gpuops-agent/ipmi-sel.json"), description=(
+        "Where the ipmi source keeps the last SEL id it published, so a restart reads no entry twice."))
+    bmc_timeout_s: float = Field(10.0, gt=0, description=(
+        "Seconds one BMC request may take. BMCs are slow (seconds); 10 s bounds a stuck one within an interval."))
+    redfish_url: str | None = Field(None, description="Redfish service root of the node's BMC (https://bmc-host).")
+    redfish_user: str | None = Field(None, description="Redfish user (HTTP basic auth); none: no auth header.")
+    redfish_password_file: Path | None = Field(None, description=(
+        "File holding the Redfish password (first line, mode 600); else $REDFISH_PASSWORD."))
 
     buffer_max_messages: int = Field(2160, ge=1, description=(
         "Messages held while Kafka is unreachable. 2160 = 6 h of ticks at 10 s (a broker upgrade or an "
@@ -130,7 +145,8 @@ class AgentSettings(BaseSettings):
         """Seconds of telemetry one message holds (``publish_every_ticks`` x ``interval_s``)."""
         return self.publish_every_ticks * self.interval_s
 
-    @field_validator("health_file", "kmsg_file", "dcgm_url", "command_key_file", mode="before")
+    @field_validator("health_file", "kmsg_file", "dcgm_url", "command_key_file", "bmc_host", "bmc_user",
+                     "bmc_password_file", "bmc_state_file", "redfish_url", "redfish_user", "redfish_password_file", mode="before")
     @classmethod
     def _empty_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and v.strip() in ("", "none", "None") else v

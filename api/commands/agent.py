@@ -46,7 +46,11 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
         source_class(name)  # an unknown name fails before anything is opened
     options = SourceOptions(node=settings.node, sysfs_root=settings.sysfs_root, kmsg_path=settings.kmsg_file,
                             dcgm_url=settings.dcgm_url, dcgm_timeout_s=settings.dcgm_timeout_s, once=once,
-                            kmsg_from_start=settings.kmsg_from_start)
+                            kmsg_from_start=settings.kmsg_from_start, bmc_host=settings.bmc_host,
+                            bmc_port=settings.bmc_port, bmc_user=settings.bmc_user,
+                            bmc_password_file=settings.bmc_password_file, bmc_state_file=settings.bmc_state_file,
+                            bmc_timeout_s=settings.bmc_timeout_s, redfish_url=settings.redfish_url,
+                            redfish_user=settings.redfish_user, redfish_password_file=settings.redfish_password_file)
     sources: list[Any] = []
     try:
         if "nvml" in names:
@@ -74,10 +78,13 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
 def agent(
     once: bool = typer.Option(False, "--once", help="Sample once, publish, exit (with --kmsg-file: the whole file)."),
     sink: Optional[str] = typer.Option(None, "--sink", help="kafka | stdout (stdout: one JSON record per line)."),
-    sources: Optional[str] = typer.Option(None, "--sources", help="Comma-separated: nvml,infiniband,kmsg,dcgm."),
+    sources: Optional[str] = typer.Option(None, "--sources", help="Comma-separated: nvml,infiniband,kmsg,dcgm,ipmi,redfish."),
     sysfs_root: Optional[Path] = typer.Option(None, "--sysfs-root", help="sysfs root (default /sys)."),
     kmsg_file: Optional[Path] = typer.Option(None, "--kmsg-file", help="Kernel log file instead of /dev/kmsg."),
     dcgm_url: Optional[str] = typer.Option(None, "--dcgm-url", help="dcgm-exporter /metrics URL or a scrape file."),
+    bmc_host: Optional[str] = typer.Option(None, "--bmc-host", help="The node's BMC for the ipmi source (the "
+                                           "password: --bmc-password-file setting or $IPMI_PASSWORD, never a flag)."),
+    redfish_url: Optional[str] = typer.Option(None, "--redfish-url", help="Redfish root of the node's BMC."),
     node: Optional[str] = typer.Option(None, "--node", help="Node name (default: short host name)."),
     interval: Optional[float] = typer.Option(None, "--interval", min=0.01, help="Seconds between samples."),
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka bootstrap host:port[,…]."),
@@ -98,7 +105,7 @@ def agent(
     from collector.sources.base import SourceError
 
     overrides = {k: v for k, v in dict(sink=sink, sources=sources, sysfs_root=sysfs_root, kmsg_file=kmsg_file,
-                                       dcgm_url=dcgm_url, node=node, interval_s=interval, bootstrap=bootstrap,
+                                       dcgm_url=dcgm_url, bmc_host=bmc_host, redfish_url=redfish_url, node=node, interval_s=interval, bootstrap=bootstrap,
                                        health_file=health_file, wire_format=wire_format,
                                        publish_every_ticks=publish_every_ticks).items() if v is not None}
     if once and health_file is None:

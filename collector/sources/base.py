@@ -101,6 +101,15 @@ class SourceOptions:
     once: bool = False
     kmsg_from_start: bool = False
     gpu_index_by_pci: Mapping[str, int] = field(default_factory=dict)
+    bmc_host: str | None = None
+    bmc_port: int = 623
+    bmc_user: str | None = None
+    bmc_password_file: Path | None = None
+    bmc_state_file: Path | None = None
+    bmc_timeout_s: float = 10.0
+    redfish_url: str | None = None
+    redfish_user: str | None = None
+    redfish_password_file: Path | None = None
 
 
 #: Source name → "module:Class". Imported lazily so that ``gpuops agent --sources
@@ -111,6 +120,8 @@ SOURCES: dict[str, str] = {
     "kmsg": "collector.sources.kmsg:KmsgSource",
     "dcgm": "collector.sources.dcgm:DcgmSource",
     "simulated": "collector.sources.simulated:SimulatedSource",
+    "ipmi": "collector.sources.ipmi:IpmiSource",
+    "redfish": "collector.sources.redfish:RedfishSource",
 }
 
 

@@ -47,12 +47,15 @@ started_kafka=0
 started_slurm=0
 started_postgres=0
 started_k8s=0
+started_bmc=0
+export BMC_ROOT=${BMC_ROOT:-/tmp/gpuops-bmc}
 teardown() {
   local rc=$?
   trap - EXIT INT TERM
   if [[ ${GPUOPS_KEEP_SERVICES:-0} == 1 ]]; then
     log "GPUOPS_KEEP_SERVICES=1: leaving services running"
   else
+    if [[ $started_bmc == 1 ]]; then "$HERE/bmc_down.sh" >&2 || log "bmc_down failed"; fi
     if [[ $started_postgres == 1 ]]; then "$HERE/postgres_down.sh" >&2 || log "postgres_down failed"; fi
     if [[ $started_k8s == 1 ]]; then "$HERE/k8s_down.sh" >&2 || log "k8s_down failed"; fi
     if [[ $started_slurm == 1 ]]; then "$HERE/slurm_down.sh" >&2 || log "slurm_down failed"; fi
@@ -113,6 +116,11 @@ postgres_running() {
   [[ -f $PG_ROOT/data/postmaster.pid ]] && p=$(head -1 "$PG_ROOT/data/postmaster.pid") &&
     [[ $p =~ ^[0-9]+$ ]] && [[ -r /proc/$p/cmdline ]] && [[ $(tr '\0' ' ' <"/proc/$p/cmdline") == *postgres* ]]
 }
+bmc_running() {
+  local p
+  [[ -f $BMC_ROOT/ipmi_sim.pid ]] && p=$(<"$BMC_ROOT/ipmi_sim.pid") && [[ -r /proc/$p/cmdline ]] &&
+    [[ $(tr '\0' ' ' <"/proc/$p/cmdline") == *ipmi_sim* ]]
+}
 slurm_running() {
   [[ -f $SLURM_ROOT/etc/slurm.conf ]] &&
     [[ $(SLURM_CONF=$SLURM_ROOT/etc/slurm.conf timeout 5 scontrol ping 2>/dev/null) == *"is UP"* ]]
@@ -139,12 +147,16 @@ if ! k8s_running; then started_k8s=1; "$HERE/k8s_down.sh" --purge >/dev/null; fi
 out=$("$HERE/k8s_up.sh")
 GPUOPS_TEST_K8S=$(export_value GPUOPS_TEST_K8S "$out")
 export GPUOPS_TEST_K8S
+if ! bmc_running; then started_bmc=1; "$HERE/bmc_down.sh" --purge >/dev/null 2>&1; fi
+out=$("$HERE/bmc_up.sh")
+GPUOPS_TEST_BMC=$(export_value GPUOPS_TEST_BMC "$out")
+export GPUOPS_TEST_BMC
 # helm renders the chart (tests/deploy/test_helm.py); built once from the Go module proxy
 if [[ -z ${GPUOPS_HELM:-} ]]; then
   GPUOPS_HELM=$("$HERE/helm_build.sh" | tail -1)
   export GPUOPS_HELM
 fi
-log "services up: GPUOPS_TEST_KAFKA=$GPUOPS_TEST_KAFKA SLURM_CONF=$SLURM_CONF GPUOPS_TEST_POSTGRES=$GPUOPS_TEST_POSTGRES GPUOPS_TEST_K8S=$GPUOPS_TEST_K8S GPUOPS_HELM=$GPUOPS_HELM"
+log "services up: GPUOPS_TEST_KAFKA=$GPUOPS_TEST_KAFKA SLURM_CONF=$SLURM_CONF GPUOPS_TEST_POSTGRES=$GPUOPS_TEST_POSTGRES GPUOPS_TEST_K8S=$GPUOPS_TEST_K8S GPUOPS_TEST_BMC=$GPUOPS_TEST_BMC GPUOPS_HELM=$GPUOPS_HELM"
 
 # ---- 3. tests ---------------------------------------------------------------------------------
 (( $# )) || set -- -q

@@ -46,7 +46,7 @@ def test_once_to_stdout_prints_one_valid_record_per_line_with_its_type(shared_fi
 def test_unknown_source_fails_at_start_listing_the_valid_ones() -> None:
     out = _gpuops("agent", "--once", "--sink", "stdout", "--sources", "infiniband,nvlm")
     assert out.returncode == 2 and out.stdout == ""
-    assert "unknown source 'nvlm'" in out.stderr and "dcgm, infiniband, kmsg, nvml" in out.stderr
+    assert "unknown source 'nvlm'" in out.stderr and "dcgm, infiniband, ipmi, kmsg, nvml, redfish" in out.stderr
 
 
 def test_a_batch_spanning_the_scorers_lateness_is_refused_at_start_and_one_within_it_runs(h100_sysfs: Path) -> None:

@@ -1,0 +1,165 @@
+"""Redfish BMC source: each chassis' Thermal (temperatures, fans) and Power (PSUs) as sensor events.
+
+``GET {url}/redfish/v1/Chassis``, then for each member its ``Thermal`` and, where linked,
+``Power`` resource (urllib, HTTP basic auth when a user is set, a timeout on every request).
+Readings become ``bmc_sensor`` events with the BMC's own thresholds
+(:mod:`collector.sources.bmc_common`): temperatures from ``ReadingCelsius`` and
+``Upper/LowerThreshold*``; fans from ``Reading`` (``ReadingUnits``) and their thresholds;
+power supplies from ``Status.Health`` (value null, ``status`` the health).
+
+The password comes from ``redfish_password_file`` or ``$REDFISH_PASSWORD``, never argv.
+A BMC that does not answer raises :class:`TransientSourceError` (the source backs off);
+a payload that is not the JSON object Redfish promises raises one naming the URL and what
+is wrong, and the agent's other sources go on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from collector.sources.base import PermanentSourceError, Record, SourceBatch, SourceOptions, TransientSourceError
+from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_event
+
+_THRESHOLDS = {"UpperThresholdNonCritical": "upper_noncritical", "UpperThresholdCritical": "upper_critical",
+               "UpperThresholdFatal": "upper_fatal", "LowerThresholdNonCritical": "lower_noncritical",
+               "LowerThresholdCritical": "lower_critical"}
+
+
+class RedfishPayloadError(TransientSourceError):
+    """The BMC answered with something that is not the Redfish resource expected."""
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def thermal_events(node: str, ts: float, chassis: str, thermal: dict[str, Any], url: str) -> list[Record]:
+    """``bmc_sensor`` events of one Thermal resource; :class:`RedfishPayloadError` if malformed."""
+    out = []
+    for key, stype in (("Temperatures", "temperature"), ("Fans", "fan")):
+        items = thermal.get(key, [])
+        if not isinstance(items, list):
+            raise RedfishPayloadError(f"redfish: {url}: '{key}' is {type(items).__name__}, not a list")
+        for i, t in enumerate(items):
+            if not isinstance(t, dict):
+                raise RedfishPayloadError(f"redfish: {url}: {key}[{i}] is {type(t).__name__}, not an object")
+            name = str(t.get("Name") or t.get("FanName") or f"{key}[{i}]")
+            value = _number(t.get("ReadingCelsius") if stype == "temperature" else t.get("Reading"))
+            unit = "Cel" if stype == "temperature" else str(t.get("ReadingUnits") or "RPM")
+            status = t.get("Status") if isinstance(t.get("Status"), dict) else {}
+            thresholds = {ours: _number(t.get(theirs)) for theirs, ours in _THRESHOLDS.items()}
+            out.append(sensor_event(node, ts, f"{chassis}/{name}", stype, value, unit, status.get("Health"),
+                                    thresholds, "redfish"))
+    return out
+
+
+def power_events(node: str, ts: float, chassis: str, power: dict[str, Any], url: str) -> list[Record]:
+    """One ``bmc_sensor`` event per power supply (value null; status = ``Status.Health``)."""
+    items = power.get("PowerSupplies", [])
+    if not isinstance(items, list):
+        raise RedfishPayloadError(f"redfish: {url}: 'PowerSupplies' is {type(items).__name__}, not a list")
+    out = []
+    for i, p in enumerate(items):
+        if not isinstance(p, dict):
+            raise RedfishPayloadError(f"redfish: {url}: PowerSupplies[{i}] is not an object")
+        status = p.get("Status") if isinstance(p.get("Status"), dict) else {}
+        out.append(sensor_event(node, ts, f"{chassis}/{p.get('Name') or f'PSU{i}'}", "power_supply",
+                                _number(p.get("LastPowerOutputWatts")), "W", status.get("Health"), {}, "redfish"))
+    return out
+
+
+class RedfishSource:
+    """Reads every chassis' Thermal and Power resources from a Redfish service."""
+
+    name = "redfish"
+
+    def __init__(self, node: str, url: str, user: str | None = None, password: str | None = None,
+                 timeout_s: float = 5.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise PermanentSourceError(f"redfish source: {url!r} is not an http(s) URL "
+                                       f"(expected e.g. https://bmc-host)")
+        self.node, self.url, self.timeout_s = node, url.rstrip("/"), timeout_s
+        self._auth = None
+        if user:
+            self._auth = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+        self.backoff = SourceBackoff()
+
+    @classmethod
+    def from_options(cls, options: SourceOptions) -> "RedfishSource":
+        """Build from ``redfish_url``, ``redfish_user``, ``redfish_password_file`` (else $REDFISH_PASSWORD)."""
+        if not options.redfish_url:
+            raise PermanentSourceError("redfish source needs redfish_url (GPUOPS_AGENT_REDFISH_URL or --redfish-url)")
+        password = read_secret(options.redfish_password_file, "REDFISH_PASSWORD", "redfish source")
+        return cls(options.node, options.redfish_url, options.redfish_user, password, options.bmc_timeout_s)
+
+    def get(self, path: str) -> dict[str, Any]:
+        """The JSON object at *path*; :class:`TransientSourceError` / :class:`RedfishPayloadError`."""
+        url = self.url + path
+        req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        if self._auth:
+            req.add_header("Authorization", self._auth)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - operator's URL
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            raise TransientSourceError(f"redfish: GET {url} answered HTTP {e.code} {e.reason}") from e
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise TransientSourceError(f"redfish: BMC at {self.url} did not answer GET {path}: {e}") from e
+        try:
+            body = json.loads(raw)
+        except ValueError as e:
+            raise RedfishPayloadError(f"redfish: GET {url} returned malformed JSON ({e}): "
+                                      f"{raw[:120]!r}") from e
+        if not isinstance(body, dict):
+            raise RedfishPayloadError(f"redfish: GET {url} returned a JSON {type(body).__name__}, not an object")
+        return body
+
+    @staticmethod
+    def _link(body: dict[str, Any], key: str, url: str) -> str | None:
+        link = body.get(key)
+        if link is None:
+            return None
+        if not isinstance(link, dict) or not isinstance(link.get("@odata.id"), str):
+            raise RedfishPayloadError(f"redfish: {url}: '{key}' has no '@odata.id' link")
+        return link["@odata.id"]
+
+    def sample(self, now: float) -> SourceBatch:
+        """Sensor events for every chassis."""
+        self.backoff.check(now, f"redfish BMC {self.url}")
+        try:
+            events = self._read(now)
+        except RedfishPayloadError:
+            raise  # it answered: no backoff, the error says what is wrong
+        except TransientSourceError:
+            self.backoff.failed(now)
+            raise
+        self.backoff.ok()
+        return SourceBatch(events=events)
+
+    def _read(self, now: float) -> list[Record]:
+        coll = self.get("/redfish/v1/Chassis")
+        members = coll.get("Members")
+        if not isinstance(members, list):
+            raise RedfishPayloadError(f"redfish: {self.url}/redfish/v1/Chassis has no 'Members' list")
+        events: list[Record] = []
+        for i, m in enumerate(members):
+            if not isinstance(m, dict) or not isinstance(m.get("@odata.id"), str):
+                raise RedfishPayloadError(f"redfish: Chassis Members[{i}] has no '@odata.id'")
+            path = m["@odata.id"]
+            chassis = self.get(path)
+            cid = str(chassis.get("Id") or path.rsplit("/", 1)[-1])
+            thermal = self._link(chassis, "Thermal", path)
+            if thermal:
+                events.extend(thermal_events(self.node, now, cid, self.get(thermal), self.url + thermal))
+            power = self._link(chassis, "Power", path)
+            if power:
+                events.extend(power_events(self.node, now, cid, self.get(power), self.url + power))
+        return events
+
+    def close(self) -> None:
+        """Nothing is held between samples."""

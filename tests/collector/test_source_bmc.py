@@ -1,0 +1,144 @@
+"""BMC sources: the ``sel elist`` / ``sensor`` parsers on captured output, and (marker ``bmc``) the real
+ipmi_sim and sushy-emulator services started by deploy/testservices/bmc_up.sh."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from collector.agent import Agent
+from collector.agent_settings import AgentSettings
+from collector.sources.base import SourceError, TransientSourceError
+from collector.sources.bmc_common import SourceBackoff
+from collector.sources.ipmi import IpmiSource, parse_sel_elist, parse_sensor_list
+from collector.sources.redfish import RedfishPayloadError, RedfishSource
+from collector.wire import decode_event
+from fakes import CountingSource
+from test_agent import FakeSink
+
+SEL_ELIST = """\
+Unable to Get Channel Cipher Suites
+   1 |  Pre-Init  |0000029360| Power Supply #0x01 | Failure detected | Asserted
+   a | 03/12/2026 | 07:06:01 | Fan #0x30 | Lower Critical going low  | Asserted | Reading 0 < Threshold 500 RPM
+  1b | 03/12/2026 | 07:08:00 | Power Supply #0x01 | Failure detected | Deasserted
+SEL has no entries
+"""
+
+SENSOR_LIST = """\
+Inlet Temp       | 24.000     | degrees C  | ok    | na        | 0.000     | 5.000     | 40.000    | 45.000    | 50.000
+FAN1             | 5400.000   | RPM        | ok    | na        | 500.000   | 800.000   | na        | na        | na
+PSU1 Status      | 0x0        | discrete   | 0x0100| na        | na        | na        | na        | na        | na
+"""
+
+
+def test_sel_elist_lines_become_entries_with_hex_ids_and_direction() -> None:
+    entries = parse_sel_elist(SEL_ELIST)
+    assert [e.sel_id for e in entries] == [1, 10, 27]
+    psu = entries[0]
+    assert (psu.sensor, psu.sensor_type, psu.event_text, psu.asserted, psu.ts) == (
+        "Power Supply #0x01", "Power Supply", "Failure detected", True, None)
+    assert entries[1].ts == pytest.approx(time.mktime(time.strptime("2026-03-12 07:06:01", "%Y-%m-%d %H:%M:%S"))
+                                          - time.timezone, abs=3600)
+    assert entries[2].asserted is False
+
+
+def test_sensor_list_keeps_the_bmc_thresholds_and_skips_discrete_sensors() -> None:
+    readings = parse_sensor_list(SENSOR_LIST)
+    assert [r.name for r in readings] == ["Inlet Temp", "FAN1"]
+    assert readings[0].value == 24.0
+    assert readings[0].thresholds["upper_critical"] == 45.0
+    assert readings[1].thresholds["lower_critical"] == 500.0 and readings[1].thresholds["upper_critical"] is None
+
+
+def test_backoff_doubles_and_refuses_early_tries() -> None:
+    b = SourceBackoff(initial_s=5, max_s=20)
+    assert [b.failed(0.0) for _ in range(4)] == [5, 10, 20, 20]
+    with pytest.raises(TransientSourceError, match="next try in 20 s"):
+        b.check(0.0, "x")
+    b.check(20.0, "x")
+
+
+# ------------------------------------------------------------------------- real BMC services
+
+
+def _ipmi(bmc: dict, state: Path, **kw) -> IpmiSource:
+    pw = Path(bmc["passfile"]).read_text().strip()
+    return IpmiSource("gpu-node-001", bmc["ipmi_host"], int(bmc["ipmi_port"]), bmc["user"], pw, state, **kw)
+
+
+@pytest.mark.bmc
+def test_psu_failure_in_the_sel_becomes_one_bmc_event_never_read_twice_across_restarts(bmc, tmp_path: Path) -> None:
+    state = tmp_path / "sel.json"
+    first = _ipmi(bmc, state).sample(time.time()).events
+    sel = [e for e in first if e["kind"] == "sel"]
+    psu = [e for e in sel if e["sensor_type"] == "Power Supply" and e["event_text"] == "Failure detected"]
+    assert psu and psu[0]["source"] == "bmc" and psu[0]["asserted"] is True
+    again = _ipmi(bmc, state).sample(time.time()).events  # a new source: the agent restarted
+    assert [e for e in again if e["kind"] == "sel"] == []
+
+
+@pytest.mark.bmc
+def test_redfish_thermal_readings_carry_the_bmc_thresholds(bmc) -> None:
+    events = RedfishSource("gpu-node-001", bmc["redfish"]).sample(time.time()).events
+    temps = [e for e in events if e["sensor_type"] == "temperature"]
+    assert temps and all(e["source"] == "bmc" and e["kind"] == "bmc_sensor" for e in temps)
+    intake = next(e for e in temps if "Intake" in e["sensor"])
+    assert intake["value"] is not None and intake["upper_critical"] is not None
+    assert intake["upper_noncritical"] <= intake["upper_critical"]
+
+
+@pytest.mark.bmc
+def test_a_bmc_that_does_not_answer_is_a_source_error_and_the_other_sources_still_publish(bmc, tmp_path) -> None:
+    dead = IpmiSource("gpu-node-001", "127.0.0.1", 16299, "gpuops", "x", tmp_path / "s.json", timeout_s=3)
+    dead_rf = RedfishSource("gpu-node-001", "http://127.0.0.1:16298", timeout_s=2)
+    sink = FakeSink()
+    agent = Agent(AgentSettings(node="gpu-node-001", health_file=None), [dead, dead_rf, CountingSource()], sink)
+    agent.tick()
+    agent.publish_pending()
+    assert agent.source_errors["ipmi"] == 1 and agent.source_errors["redfish"] == 1
+    assert any(m.topic == agent.settings.telemetry_topic for m in sink.delivered)
+    t0 = time.monotonic()
+    agent.tick()  # backing off: the dead BMCs are not asked again at once
+    assert time.monotonic() - t0 < 1.0 and agent.source_errors["ipmi"] == 2
+
+
+@pytest.fixture
+def bad_redfish() -> Iterator[str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b'{"Members": [{"@odata.id": "/redfish/v1/Chassis/1"}]}' if self.path.endswith("Chassis") \
+                else b'{"Id": "1", "Thermal": {"@odata.id": "/t"}' if self.path.endswith("/1") else b"[]"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.bmc
+def test_a_malformed_redfish_payload_is_a_clear_error_and_the_agent_goes_on(bad_redfish: str, bmc) -> None:
+    src = RedfishSource("gpu-node-001", bad_redfish)
+    with pytest.raises(RedfishPayloadError, match=r"Chassis/1 returned malformed JSON"):
+        src.sample(time.time())
+    sink = FakeSink()
+    good = RedfishSource("gpu-node-001", bmc["redfish"])
+    agent = Agent(AgentSettings(node="gpu-node-001", health_file=None), [src, good], sink)
+    agent.tick()
+    agent.publish_pending()
+    assert agent.source_errors["redfish"] == 1
+    events = [decode_event(m.value) for m in sink.delivered if m.topic == agent.settings.events_topic]
+    assert any(e["kind"] == "bmc_sensor" for e in events)
+    assert isinstance(RedfishPayloadError("x"), SourceError)
