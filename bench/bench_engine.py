@@ -36,8 +36,7 @@ from remediation.engine import Engine  # noqa: E402
 from remediation.safety import SafetyConfig  # noqa: E402
 from remediation.store import ActionStore  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_store import postgres_schema  # noqa: E402
+from tests.helpers import postgres_schema  # noqa: E402  (a throwaway schema, dropped afterwards)
 
 
 def scores(n: int, ts: float, rng: np.random.Generator) -> NodeScores:

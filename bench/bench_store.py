@@ -34,11 +34,8 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,6 +43,7 @@ import sqlalchemy as sa  # noqa: E402
 
 from remediation.actions import ActionKind, ActionRecord, ActionState  # noqa: E402
 from remediation.store import ActionStore, NodeScoreRow  # noqa: E402
+from tests.helpers import postgres_schema  # noqa: E402  (a throwaway schema, dropped afterwards)
 
 NODES = 1_000
 T0 = 1_800_000_000.0
@@ -83,20 +81,6 @@ def timed(fn: Callable[[], object], runs: int) -> list[float]:
         fn()
         out.append((time.perf_counter() - t) * 1000)
     return out
-
-
-@contextmanager
-def postgres_schema(base: str) -> Iterator[str]:
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(base)
-    with admin.begin() as c:
-        c.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with admin.begin() as c:
-            c.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.dispose()
 
 
 def bench(url: str, runs: int, history: int) -> dict[str, list[float]]:
