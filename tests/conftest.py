@@ -18,7 +18,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -93,26 +93,46 @@ def _topic_name(test_name: str) -> str:
 
 
 @pytest.fixture
-def kafka_topic(request: pytest.FixtureRequest, kafka_bootstrap: str, kafka_admin) -> Iterator[str]:
-    """A fresh topic with 4 partitions, unique to this test; deleted afterwards if possible."""
+def make_kafka_topic(request: pytest.FixtureRequest, kafka_admin) -> Iterator[Callable[..., str]]:
+    """Factory: ``make_kafka_topic(name=None, partitions=4)`` creates a topic and waits for its leaders.
+
+    A consumer group that subscribes to a topic before it exists sees no partitions until its
+    next metadata refresh (minutes in kafka-python), so tests create every topic they read
+    *before* subscribing. Topics are deleted afterwards if possible.
+    """
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError
 
-    name = _topic_name(request.node.name)
-    kafka_admin.create_topics([NewTopic(name, num_partitions=4, replication_factor=1)], timeout_ms=30_000)
+    created: list[str] = []
 
-    def ready() -> bool:
-        described = kafka_admin.describe_topics([name])
-        return bool(described) and described[0].get("error_code") == 0 and all(
-            p.get("leader", -1) >= 0 for p in described[0].get("partitions", [])) and len(
-            described[0].get("partitions", [])) == 4
+    def make(name: str | None = None, partitions: int = 4) -> str:
+        name = name or _topic_name(request.node.name)
+        kafka_admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
+                                  timeout_ms=30_000)
+        created.append(name)
 
-    wait_until(ready, timeout_s=30, interval_s=0.1, message=f"topic {name} has 4 partitions with leaders")
-    yield name
+        def ready() -> bool:
+            described = kafka_admin.describe_topics([name])
+            return bool(described) and described[0].get("error_code") == 0 and all(
+                p.get("leader", -1) >= 0 for p in described[0].get("partitions", [])) and len(
+                described[0].get("partitions", [])) == partitions
+
+        wait_until(ready, timeout_s=30, interval_s=0.1,
+                   message=f"topic {name} has {partitions} partitions with leaders")
+        return name
+
+    yield make
     try:
-        kafka_admin.delete_topics([name], timeout_ms=30_000)
+        if created:
+            kafka_admin.delete_topics(created, timeout_ms=30_000)
     except KafkaError:
         pass  # best effort: the broker's state is scratch and purged by kafka_down.sh --purge
+
+
+@pytest.fixture
+def kafka_topic(make_kafka_topic: Callable[..., str]) -> str:
+    """A fresh topic with 4 partitions, unique to this test; deleted afterwards if possible."""
+    return make_kafka_topic()
 
 
 # ---- Slurm ------------------------------------------------------------------------------

@@ -36,10 +36,22 @@ def _agent(bootstrap: str, commands_topic: str, events_topic: str, node: str, ke
     return agent, loop
 
 
+def _events_topics(make_kafka_topic, commands_topic: str) -> str:
+    """Create the events and telemetry topics before the engine subscribes to them.
+
+    A group member that subscribes to a topic that does not exist yet gets no partitions until
+    its next metadata refresh, and would miss the agent's result.
+    """
+    events_topic = make_kafka_topic(commands_topic + ".events", partitions=1)
+    make_kafka_topic(events_topic + ".tel", partitions=1)
+    return events_topic
+
+
 def test_a_signed_reset_reaches_its_agent_and_the_result_comes_back_while_bad_ones_are_refused(
-        kafka_bootstrap: str, kafka_topic: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        kafka_bootstrap: str, kafka_topic: str, make_kafka_topic, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
     node_a, node_b = f"gpu-a-{uuid.uuid4().hex[:8]}", f"gpu-b-{uuid.uuid4().hex[:8]}"
-    events_topic = kafka_topic + ".events"
+    events_topic = _events_topics(make_kafka_topic, kafka_topic)
     key_file = tmp_path / "command.key"
     key_file.write_bytes(KEY + b"\n")
     key_file.chmod(0o600)
@@ -97,11 +109,11 @@ def test_a_signed_reset_reaches_its_agent_and_the_result_comes_back_while_bad_on
 
 
 def test_a_running_agent_resets_through_its_command_thread_and_stops_with_the_event(
-        kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, kafka_topic: str, make_kafka_topic, tmp_path: Path) -> None:
     import threading
 
     node = f"gpu-run-{uuid.uuid4().hex[:8]}"
-    events_topic = kafka_topic + ".events"
+    events_topic = _events_topics(make_kafka_topic, kafka_topic)
     key_file = tmp_path / "command.key"
     key_file.write_bytes(KEY)
     key_file.chmod(0o400)

@@ -37,8 +37,11 @@ class Cluster(DryRunAdapter):
 
 
 def test_an_armed_engine_resets_a_gpu_through_the_agent_and_records_its_result(
-        store, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> None:
-    events = kafka_topic + ".events"
+        store, kafka_bootstrap: str, kafka_topic: str, make_kafka_topic, tmp_path: Path) -> None:
+    # created before the engine subscribes: a group member subscribed to a missing topic sees no
+    # partitions until its next metadata refresh and would miss the agent's result
+    events = make_kafka_topic(kafka_topic + ".events", partitions=1)
+    make_kafka_topic(events + ".tel", partitions=1)
     key_file = tmp_path / "command.key"
     key_file.write_bytes(KEY)
     key_file.chmod(0o600)
