@@ -182,7 +182,8 @@ class MessageDecoder:
             ts = np.array(gpu.lists["ts"], np.float64)
             if any(u is not None for u in gpu.lists["gpu_uuid"]):
                 self.keys.uuids.observe(slots, ts, np.array(gpu.lists["gpu_uuid"], object))
-            out.gpu = GpuRows.concat([r for r in (out.gpu, GpuRows(ts, slots, gpu.floats(GPU_VALUE_COLUMNS))) if len(r)])
+            gpu_rows = GpuRows(ts, slots, gpu.floats(GPU_VALUE_COLUMNS))
+            out.gpu = GpuRows.concat([r for r in (out.gpu, gpu_rows) if len(r)])
             bus = np.array(gpu.lists["pci_bus_id"], object)
             if any(b is not None for b in bus):
                 self.keys.pci.learn(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64), bus)

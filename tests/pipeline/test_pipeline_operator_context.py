@@ -183,7 +183,8 @@ def test_live_and_replay_give_the_same_features_with_maintenance_resets_and_swap
     bus = InProcessBus(partitions=3)
     msgs = telemetry_messages(g, n, fleet.interval_s)
     for node, raw in msgs:
-        bus.produce(TOPIC_TELEMETRY, node, raw if wire_format == "json" else encode_telemetry_arrow(decode_telemetry(raw)))
+        wire = raw if wire_format == "json" else encode_telemetry_arrow(decode_telemetry(raw))
+        bus.produce(TOPIC_TELEMETRY, node, wire)
     events = event_messages(xids) + [(maint["node"], encode_event(maint))]
     for node, raw in events:
         bus.produce(TOPIC_EVENTS, node, raw)
