@@ -126,5 +126,7 @@ def maintenance_from_frame(df: pd.DataFrame | None) -> list[dict[str, Any]]:
     out = []
     for row in df[keep].to_dict("records"):
         nodes = row.get("nodes")
-        out.append({**row, "nodes": list(nodes) if isinstance(nodes, (list, tuple, np.ndarray)) else nodes})
+        # a field this event lacks but another event of the frame has reads as NaN / NA: absent
+        ev = {k: v for k, v in row.items() if not (v is None or v is pd.NA or (isinstance(v, float) and v != v))}
+        out.append({**ev, "nodes": list(nodes) if isinstance(nodes, (list, tuple, np.ndarray)) else nodes})
     return out

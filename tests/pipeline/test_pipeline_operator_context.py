@@ -208,12 +208,14 @@ def test_a_recordings_maintenance_event_mutes_its_replay_as_the_frames_do(tmp_pa
     fleet = Fleet(nodes=2, gpus=2, ports=1, samples=360, interval_s=10.0, seed=9)
     g, n = with_burst(gpu_frame(fleet), fleet), net_frame(fleet)
     maint = maintenance(fleet)
+    no_author = {k: v for k, v in maintenance(fleet, nodes=("gpu-node-001",)).items() if k != "author"}
     manifest = Manifest(start=fleet.t0, end=fleet.t0 + 3600, interval_s=10.0, nodes=["gpu-node-000", "gpu-node-001"],
                         gpus_per_node=2, source="test")
-    rec = open_recording(write_recording(tmp_path / "rec", manifest, g, n, [maint]))
+    rec = open_recording(write_recording(tmp_path / "rec", manifest, g, n, [maint, no_author]))
     pipe = FeaturePipeline(SETTINGS)
     got = list(pipe.replay(rec.iter_windows(600.0, align=60.0, columns=RECORDING_COLUMNS)))
     want_pipe, want = replay(g, n, pd.DataFrame([maint]))
-    assert pipe.counts.maintenance_events == 1 and pipe.counts.muted_node_ticks == 20
+    assert pipe.counts.maintenance_events == 2 and pipe.counts.muted_node_ticks == 40  # author is optional
+    assert pipe.counts.rejected_rows == 0
     np.testing.assert_array_equal(gpu_baseline(pipe, 0, 0)[0], gpu_baseline(want_pipe, 0, 0)[0])
     assert [b.ts for b in got] == [b.ts for b in want]
