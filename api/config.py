@@ -90,6 +90,9 @@ class ScoringSection(_Section):
     workers: int = Field(1, ge=1, le=64, description="Worker threads; each is one group member (Kafka splits "
                          "the partitions). 1: a worker is CPU-bound in Python, more help only across processes.")
     group: str = Field("gpuops-scoring", description="Kafka consumer group of the scoring workers.")
+    silence_refresh_s: float = Field(30.0, gt=0, description="How often each scoring worker re-reads the "
+                                     "silences, s, to freeze the baselines of silenced nodes. 30: a new silence "
+                                     "mutes learning within half a minute at one store read per worker.")
 
 
 class TopicsSection(_Section):

@@ -16,6 +16,11 @@ message marks it (``cold``), its anomaly level is zeroed (a young window makes a
 look strange) and the policy lets its prediction alert but never act. Nodes of a
 partition the worker no longer owns are not published (the new owner scores them), so a
 revoked node never reads as "silent" here. See docs/scaling.md.
+
+Silences (issue 13): the worker's pipeline freezes the baselines of silenced nodes' parts
+(:mod:`pipeline.muted`). Given a ``silences`` source (the service passes its engine's silence
+book and node view, :func:`muted_intervals`), the worker re-reads it every
+``silence_refresh_s`` of its monotonic clock — one store read per refresh, never per tick.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -35,16 +40,44 @@ from models.node_scores import NodeScores, aggregate, score_batches
 from models.score_wire import encode_scores
 from pipeline.batch import FeatureBatch
 from pipeline.bus import Bus, BusMessage, TopicPartition
+from pipeline.muted import MutedInterval
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 from pipeline.worker import StreamTopics, StreamWorker
+from remediation.adapters.base import NodeStatus
 from remediation.config import PolicyConfig
+from remediation.silences import Silence
 
 log = logging.getLogger(__name__)
 
 #: how long :meth:`ScoringWorker.run` waits after a failed poll before the next, s (doubling up to 30)
 RETRY_INITIAL_S = 0.5
 RETRY_MAX_S = 30.0
+#: how often a worker re-reads the service's silences, s (monotonic): a new silence mutes the
+#: baselines within this; 30 s is one store read per worker per half minute
+SILENCE_REFRESH_S = 30.0
+
+
+def muted_intervals(silences: Iterable[Silence], statuses: Mapping[str, NodeStatus]) -> list[MutedInterval]:
+    """*silences* as the pipeline's muted intervals: node scope as listed, fleet scope as every
+    node, a label selector as the nodes of *statuses* (the scheduler's last view) it covers. A
+    deleted silence ends when it was deleted. Any silence mutes learning, whatever it mutes of
+    the actions: the time is not the parts' normal either way."""
+    out = []
+    for s in silences:
+        end = s.ends_at if s.deleted_at is None else min(s.ends_at, s.deleted_at)
+        if end <= s.starts_at:
+            continue
+        if s.fleet:
+            nodes = None
+        elif s.nodes:
+            nodes = tuple(s.nodes)
+        else:
+            nodes = tuple(n for n, st in statuses.items() if s.covers(n, st))
+            if not nodes:
+                continue
+        out.append(MutedInterval(nodes, s.starts_at, end))
+    return out
 
 
 @dataclass
@@ -59,6 +92,9 @@ class ScoringCounters:
     errors: int = 0             # failed polls/ticks (logged, then the loop goes on)
     reread: int = 0             # messages read again after a rebalance/restart and skipped
     cold_nodes: int = 0         # nodes marked cold in the last tick
+    baseline_restarts: int = 0  # parts whose baseline restarted (reset, reboot, GPU swap)
+    gpu_swaps: int = 0          # new gpu_uuid at a known (node, index)
+    muted_node_ticks: int = 0   # node-ticks with frozen baselines (maintenance, silences)
     last_tick_ts: float | None = None
     watermark: float | None = None
     lag_s: float | None = None  # wall clock minus the watermark (telemetry time)
@@ -115,12 +151,17 @@ class ScoringWorker:
 
     ``warmup_s`` (telemetry time, s; default the pipeline's long window, the time a window
     takes to fill) is how long a node stays cold after it arrives at this worker.
+    ``silences`` (optional) returns the service's silences as muted intervals; it is called
+    every ``silence_refresh_s`` of ``monotonic`` time (see the module docstring).
     """
 
     def __init__(self, bus: Bus, bundle: ModelBundle, pipeline_settings: PipelineSettings,
                  policy_cfg: PolicyConfig, *, worker_id: str, scores_topic: str = TOPIC_SCORES,
                  clock: Callable[[], float] = time.time, topics: StreamTopics = StreamTopics(),
-                 warmup_s: float | None = None) -> None:
+                 warmup_s: float | None = None,
+                 silences: Callable[[], Iterable[MutedInterval]] | None = None,
+                 silence_refresh_s: float = SILENCE_REFRESH_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         if not worker_id:
             raise ValueError("worker_id must name this worker (it keys its gpu.scores messages)")
         self.worker_id = worker_id
@@ -138,11 +179,16 @@ class ScoringWorker:
         self.first_seen: dict[str, float] = {}
         #: per tick: the nodes published and which of them were cold (tests, the blind-period measurement)
         self.on_published: Callable[[NodeScores, bytes], None] | None = None
+        self.silences = silences
+        self.silence_refresh_s = float(silence_refresh_s)
+        self._mono = monotonic
+        self._silences_read_at: float | None = None
 
     # ---- the loop ------------------------------------------------------------------------
 
     def run_once(self) -> list[FeatureBatch]:
         """One poll: decode, ingest, close due ticks, score and publish them, commit."""
+        self.refresh_silences()
         batches = self.stream.run_once()
         self._count()
         return batches
@@ -167,6 +213,24 @@ class ScoringWorker:
                     delay = min(delay * 2, RETRY_MAX_S)
         finally:
             self.close()
+
+    def refresh_silences(self, force: bool = False) -> None:
+        """Hand the current silences to the pipeline when ``silence_refresh_s`` has passed (or *force*).
+
+        A failing read (the store down) is logged and the last set kept: the pipeline goes on
+        with what it knew, and the next refresh tries again.
+        """
+        if self.silences is None:
+            return
+        now = self._mono()
+        if not force and self._silences_read_at is not None and now - self._silences_read_at < self.silence_refresh_s:
+            return
+        self._silences_read_at = now
+        try:
+            self.pipeline.set_silenced(self.silences())
+        except Exception as e:  # noqa: BLE001 - a long-running loop classifies, logs and goes on
+            log.warning("scoring worker %s: silences not refreshed (%s: %s); keeping the last set",
+                        self.worker_id, type(e).__name__, e)
 
     def drain(self) -> list[FeatureBatch]:
         """Score every open tick and commit all (the end of a finite stream; tests, benches)."""
@@ -248,7 +312,9 @@ class ScoringWorker:
         c = self.counters
         c.messages = self.stream.messages
         c.deadlettered = self.stream.deadlettered
-        c.samples = self.pipeline.counts.gpu_rows
+        pc = self.pipeline.counts
+        c.samples = pc.gpu_rows
+        c.baseline_restarts, c.gpu_swaps, c.muted_node_ticks = pc.baseline_restarts, pc.gpu_swaps, pc.muted_node_ticks
         c.reread = self.bus.skipped
         wm = self.stream.watermark()
         if np.isfinite(wm):

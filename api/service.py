@@ -78,7 +78,8 @@ def default_scorer(service: "Service", bus: Bus, name: str) -> ScoringWorkerLike
     t = service.topics
     return ScoringWorker(bus, service.bundle(), service.pipeline_settings, service.cfg.policy, worker_id=name,
                          scores_topic=t.scores, topics=StreamTopics(t.telemetry, t.events, t.deadletter),
-                         clock=service.clock)
+                         clock=service.clock, silences=service.muted_intervals,
+                         silence_refresh_s=service.cfg.scoring.silence_refresh_s)
 
 
 def default_app(service: "Service") -> Any:
@@ -215,6 +216,14 @@ class Service:
                 path = self.models.path(active)
             self._bundle = ModelBundle.load(path, pipeline=self.pipeline_settings)
         return self._bundle
+
+    def muted_intervals(self) -> list[Any]:
+        """The silences in the store (recent ones, ended included: a backlog may still cover
+        them) as the scoring pipelines' muted intervals; selectors resolved on the engine's
+        last view of the nodes."""
+        from api.scoring import muted_intervals
+
+        return muted_intervals(self.engine.silences.list(include_all=True, limit=1000), self.engine.node_statuses())
 
     def activate_model(self, path: Path) -> None:
         """A model was activated (the registry loaded it first): the scoring workers score with it from now."""

@@ -14,6 +14,12 @@ history towards "rare", so a part seen for minutes is not a part with a known ra
 Everything is per second of measured exposure, so the baseline does not depend on the
 sampling interval, and forgetting uses telemetry time between updates, not tick counts.
 
+Operator context (issue 13): a part whose node is silenced or under maintenance is *frozen*
+— nothing is learnt and nothing is forgotten — so the burn-in test of a repair does not
+become the part's normal, and a long window does not wash out the normal from before it.
+A repaired part (GPU reset, reboot, a new GPU at the same index) *restarts* at the prior:
+its old history says nothing about the part now in the slot.
+
 The feature a model reads is the **excess over the own baseline** of a window:
 ``ln((k_w + 1) / (λ̂·T_w + 1))`` — 0 for a part doing what it always does, ~ln(k) for a
 burst on a quiet part, small for one more error on a part that always has some.
@@ -73,12 +79,20 @@ class RateBaselines:
         np.log((np.maximum(events, 0.0) + 1.0) / (expected + 1.0), out=out, where=ok)
         return out
 
-    def update(self, parts: np.ndarray, now: float, events: np.ndarray, exposure_s: np.ndarray) -> None:
+    def restart(self, parts: np.ndarray) -> None:
+        """Put *parts* back at the prior (a repaired or replaced part: its history is another part's)."""
+        self.k[:, parts] = 0.0
+        self.t[:, parts] = 0.0
+        self.updated[parts] = np.nan
+
+    def update(self, parts: np.ndarray, now: float, events: np.ndarray, exposure_s: np.ndarray,
+               frozen: np.ndarray | None = None) -> None:
         """Add a window's *events* over *exposure_s* (counter, part) at telemetry time *now*.
 
         Unsupported counters (NaN) add nothing. Forgetting uses the time since each part's
         last update, so a part that reports every second and one that reports every minute
-        forget at the same pace.
+        forget at the same pace. Parts flagged in *frozen* (muted time) neither learn nor
+        forget: only their clock moves to *now*, so the time frozen never decays them later.
         """
         if len(parts) == 0:
             return
@@ -86,6 +100,9 @@ class RateBaselines:
         gap = np.where(np.isfinite(last), np.maximum(now - last, 0.0), 0.0)
         d = np.exp(-gap / self.tau_s)
         ok = np.isfinite(events) & np.isfinite(exposure_s) & (exposure_s > 0)
+        if frozen is not None and frozen.any():
+            d = np.where(frozen, 1.0, d)
+            ok &= ~frozen
         self.k[:, parts] = self.k[:, parts] * d + np.where(ok, np.maximum(events, 0.0), 0.0)
         self.t[:, parts] = self.t[:, parts] * d + np.where(ok, exposure_s, 0.0)
         self.updated[parts] = now

@@ -108,7 +108,7 @@ class MessageDecoder:
         self.arrow = ArrowDecoder(keys, max_gpus)
 
     def decode(self, messages: Iterable[BusMessage]) -> Decoded:
-        gpu = _Columns(("ts", "gpu", "pci_bus_id") + GPU_VALUE_COLUMNS)
+        gpu = _Columns(("ts", "gpu", "pci_bus_id", "gpu_uuid") + GPU_VALUE_COLUMNS)
         net = _Columns(("ts", "device", "port", "link_state") + NET_STATE_COUNTERS)
         gpu_nodes: list[int] = []
         net_nodes: list[int] = []
@@ -179,8 +179,11 @@ class MessageDecoder:
             self._decode_arrow(out, arrow_at)
         if gpu.n:
             slots = self.keys.gpus.slots_of(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64))
-            out.gpu = GpuRows.concat([r for r in (out.gpu, GpuRows(np.array(gpu.lists["ts"], np.float64), slots,
-                                                                    gpu.floats(GPU_VALUE_COLUMNS))) if len(r)])
+            ts = np.array(gpu.lists["ts"], np.float64)
+            if any(u is not None for u in gpu.lists["gpu_uuid"]):
+                self.keys.uuids.observe(slots, ts, np.array(gpu.lists["gpu_uuid"], object))
+            gpu_rows = GpuRows(ts, slots, gpu.floats(GPU_VALUE_COLUMNS))
+            out.gpu = GpuRows.concat([r for r in (out.gpu, gpu_rows) if len(r)])
             bus = np.array(gpu.lists["pci_bus_id"], object)
             if any(b is not None for b in bus):
                 self.keys.pci.learn(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64), bus)

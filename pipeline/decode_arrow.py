@@ -194,10 +194,17 @@ class ArrowDecoder:
         if "pci_bus_id" in table.column_names and table.column("pci_bus_id").null_count < n:
             bus = _categorical(table, "pci_bus_id")
             self.keys.pci.learn(node[ok], gidx[ok], bus[ok])
+        uuids = (_categorical(table, "gpu_uuid")
+                 if "gpu_uuid" in table.column_names and table.column("gpu_uuid").null_count < n else None)
         if ok.all():  # the usual case: no copy of the value block
-            return GpuRows(ts, self.keys.gpus.slots_of(node, gidx), vals), ok
+            slots = self.keys.gpus.slots_of(node, gidx)
+            if uuids is not None:
+                self.keys.uuids.observe(slots, ts, uuids)
+            return GpuRows(ts, slots, vals), ok
         keep = np.flatnonzero(ok)
         slots = self.keys.gpus.slots_of(node[keep], gidx[keep])
+        if uuids is not None and len(keep):
+            self.keys.uuids.observe(slots, ts[keep], uuids[keep])
         return GpuRows(ts[keep], slots, vals[:, keep]), ok
 
     def _net(self, table: pa.Table, ts: np.ndarray, node: np.ndarray, n: int) -> tuple[NetRows, np.ndarray]:

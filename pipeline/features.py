@@ -189,6 +189,14 @@ class PartBaselines:
     def nbytes(self) -> int:
         return self.gpu.nbytes + self.port.nbytes
 
+    def restart(self, gpu_slots: np.ndarray, port_slots: np.ndarray) -> int:
+        """Restart the baselines of repaired parts at the prior; how many parts restarted."""
+        for base, parts in ((self.gpu, gpu_slots), (self.port, port_slots)):
+            if len(parts):
+                base.ensure(int(parts.max()) + 1)
+                base.restart(parts)
+        return len(gpu_slots) + len(port_slots)
+
 
 def _stem_events(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(events, exposure s) per baseline stem from window sums *s* (stat, GPU)."""
@@ -217,7 +225,8 @@ def _either_or_sum(first: np.ndarray, second: np.ndarray, pair: np.ndarray, eith
 
 def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: NodeXidState,
                      gpus: GpuRegistry, port_reg: PortRegistry, slots: np.ndarray, tick_end: float,
-                     n_short: int, baselines: PartBaselines | None = None) -> np.ndarray:
+                     n_short: int, baselines: PartBaselines | None = None, muted: np.ndarray | None = None
+                     ) -> np.ndarray:
     """Feature matrix (len(slots), len(FEATURE_NAMES)) float32 for *slots* at *tick_end*.
 
     Each group of features is computed for both windows and every gauge, counter or class
@@ -226,7 +235,9 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     rows. The matrix is transposed to (GPU, feature) float32 once at the end.
 
     *baselines* are read (excess features), then updated with this tick's short window;
-    without them (a one-off computation) every part is compared with the prior alone.
+    without them (a one-off computation) every part is compared with the prior alone. The
+    baselines of the GPUs and ports of nodes flagged in *muted* (per node id: silenced or
+    under maintenance this tick) are read but frozen, not updated.
     """
     baselines = baselines if baselines is not None else PartBaselines(gpus.n, port_reg.n)
     r = len(slots)
@@ -289,9 +300,9 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     base.ensure(gpus.n)
     events, exposure = _stem_events(s[1])
     f[_BASE_COLS] = base.excess(slots, events, exposure)
-    base.update(slots, tick_end, *_stem_events(s[0]))
+    base.update(slots, tick_end, *_stem_events(s[0]), frozen=None if muted is None else muted[nodes])
 
-    _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short, baselines.port)
+    _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short, baselines.port, muted)
     return np.ascontiguousarray(f.T, dtype=np.float32)
 
 
@@ -305,7 +316,7 @@ _NET_DOWN_COL = FEATURE_INDEX["net_port_down_after_active_s"]
 
 
 def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, nodes: np.ndarray, n_nodes: int,
-                  tick_end: float, n_short: int, base: RateBaselines) -> None:
+                  tick_end: float, n_short: int, base: RateBaselines, muted: np.ndarray | None = None) -> None:
     """Port features per node, written into the (feature, GPU) matrix *f* for each GPU's node
     (NaN without any port): sums over the node's ports, and its worst single port.
 
@@ -350,7 +361,8 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     base.ensure(reg.n)
     events, exposure = (wins[1][:, PORT_STATS[k]][:, _NET_ERR].T for k in ("cnt_delta", "cnt_dt"))
     worst[:, 2 * e:3 * e] = np.where(live[:, None], base.excess(order, events, exposure).T, np.nan)
-    base.update(order, tick_end, *(wins[0][:, PORT_STATS[k]][:, _NET_ERR].T for k in ("cnt_delta", "cnt_dt")))
+    base.update(order, tick_end, *(wins[0][:, PORT_STATS[k]][:, _NET_ERR].T for k in ("cnt_delta", "cnt_dt")),
+                frozen=None if muted is None else muted[pnode])
     worst[:, 3 * e] = ports.down_after_active_s(reg.n)[order]
     starts = np.flatnonzero(np.r_[True, pnode[1:] != pnode[:-1]])  # a node's ports are contiguous in canonical order
     with np.errstate(invalid="ignore"):

@@ -6,10 +6,15 @@ Name columns read as categoricals are looked up once per category (node and devi
 link states); the registries number new GPUs and ports once per distinct key. Optional columns a
 recording lacks read as NaN; GPU indices outside ``[0, max_gpus_per_node)`` are returned
 as a count of rejected rows. GPU samples' ``pci_bus_id`` teaches :class:`pipeline.registry.PciGpuMap`
-which GPU each bus id is, so an XID event that names only its bus id is given its GPU. :data:`RECORDING_COLUMNS` is what replay needs to read.
+which GPU each bus id is, so an XID event that names only its bus id is given its GPU; ``gpu_uuid``
+tells :class:`pipeline.registry.GpuUuids` when a slot holds a new GPU (a swap). Operator
+maintenance events become muted time (:func:`maintenance_from_frame`). :data:`RECORDING_COLUMNS`
+is what replay needs to read.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,7 +34,7 @@ from pipeline.registry import Keys
 #: The columns the conversions below use, per recording table: pass as
 #: ``Recording.iter_windows(columns=RECORDING_COLUMNS)`` so no other column is decoded.
 RECORDING_COLUMNS: dict[str, tuple[str, ...]] = {
-    "gpu": ("ts", "node", "gpu", "pci_bus_id", *GPU_VALUE_COLUMNS),
+    "gpu": ("ts", "node", "gpu", "pci_bus_id", "gpu_uuid", *GPU_VALUE_COLUMNS),
     "net": ("ts", "node", "device", "port", "link_state", *NET_STATE_COUNTERS),
 }
 
@@ -74,7 +79,11 @@ def gpu_rows_from_frame(df: pd.DataFrame, keys: Keys, max_gpus: int) -> tuple[Gp
         keys.pci.learn(nodes[ok], gpu[ok], _strings(df["pci_bus_id"])[ok])
     if n_bad:
         nodes, gpu, vals, ts = nodes[ok], gpu[ok], vals[:, ok], ts[ok]
-    return GpuRows(ts, keys.gpus.slots_of(nodes, gpu), vals), n_bad
+    slots = keys.gpus.slots_of(nodes, gpu)
+    if "gpu_uuid" in df.columns and len(slots):
+        uuids = _strings(df["gpu_uuid"])
+        keys.uuids.observe(slots, ts, uuids[ok] if n_bad else uuids)
+    return GpuRows(ts, slots, vals), n_bad
 
 
 def net_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> NetRows:
@@ -104,3 +113,20 @@ def xid_rows_from_frame(df: pd.DataFrame | None, keys: Keys, max_gpus: int) -> X
         found = keys.pci.resolve(nodes[unknown], df["pci_bus_id"].to_numpy(object)[unknown])
         gpu[unknown] = np.where(found < max_gpus, found, -1)
     return XidRows(df["ts"].to_numpy(np.float64), nodes, gpu, code[keep].astype(np.int32))
+
+
+def maintenance_from_frame(df: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """The operator maintenance events of an events frame as records (the bus's shape: a
+    ``nodes`` list, ``start``, ``end``), for :meth:`pipeline.stream.FeaturePipeline.ingest_events`."""
+    if df is None or len(df) == 0 or "source" not in df.columns or "kind" not in df.columns:
+        return []
+    keep = (df["source"].to_numpy(object) == "operator") & (df["kind"].to_numpy(object) == "maintenance")
+    if not keep.any():
+        return []
+    out = []
+    for row in df[keep].to_dict("records"):
+        nodes = row.get("nodes")
+        # a field this event lacks but another event of the frame has reads as NaN / NA: absent
+        ev = {k: v for k, v in row.items() if not (v is None or v is pd.NA or (isinstance(v, float) and v != v))}
+        out.append({**ev, "nodes": list(nodes) if isinstance(nodes, (list, tuple, np.ndarray)) else nodes})
+    return out

@@ -16,7 +16,16 @@ import numpy as np
 
 from pipeline.columns import NET_STATE_COUNTERS, NetRows
 from pipeline.ring import ByTick, Folded, Ring
-from pipeline.runs import carried, counter_deltas, last_rows, new_samples_order, previous, previous_rows, runs
+from pipeline.runs import (
+    carried,
+    counter_deltas,
+    group_flags,
+    last_rows,
+    new_samples_order,
+    previous,
+    previous_rows,
+    runs,
+)
 from pipeline.state import XID_CLASSES, xid_class
 
 _K = len(NET_STATE_COUNTERS)
@@ -83,7 +92,8 @@ class PortWindowState:
         first_at = np.flatnonzero(first)
         fp = port[first_at]
         prev = previous_rows(port, first_at)
-        delta = counter_deltas(vals, first_at, carried(vals, prev, self.last_vals[:, fp]))
+        reset = np.empty(len(ts), bool)
+        delta = counter_deltas(vals, first_at, carried(vals, prev, self.last_vals[:, fp]), resets=reset)
         dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[fp]))
         dt_ok = np.isfinite(dt)
         known = np.isfinite(delta) & dt_ok
@@ -102,12 +112,14 @@ class PortWindowState:
         last = last_rows(first)
         up_at, down_at = _link_transitions(ts, active, np.flatnonzero(first))
         return Folded(ByTick(tick[starts], (port[starts], b[starts], sums), (0, 0, 0)),
-                      ByTick(tick[last], (port[last], ts[last], vals[:, last], up_at, down_at), (0, 0, 1, 0, 0)))
+                      ByTick(tick[last], (port[last], ts[last], vals[:, last], up_at, down_at,
+                                          group_flags(reset, first_at)), (0, 0, 1, 0, 0, 0)))
 
-    def apply(self, folded: Folded, k: int) -> None:
-        """Add tick *k* of :meth:`fold`'s result to the state (ticks in order)."""
+    def apply(self, folded: Folded, k: int) -> np.ndarray:
+        """Add tick *k* of :meth:`fold`'s result to the state (ticks in order); returns the port
+        slots whose counters were reset in that tick (a port reset, an HCA reload, a reboot)."""
         self.ring.add_cells(*folded.cells.of(k))
-        lp, ts, vals, up_at, down_at = folded.lasts.of(k)
+        lp, ts, vals, up_at, down_at, repaired = folded.lasts.of(k)
         self.last_ts[lp] = ts
         self.last_vals[:, lp] = vals
         up = np.isfinite(up_at)  # seen ACTIVE in this tick: down only if a not-ACTIVE sample followed
@@ -116,6 +128,7 @@ class PortWindowState:
         still = ~up & np.isfinite(down_at)  # only not ACTIVE in this tick: down since the first, unless already
         held = self.down_since_ts[lp[still]]
         self.down_since_ts[lp[still]] = np.where(np.isnan(held), down_at[still], held)
+        return lp[repaired]
 
     def down_after_active_s(self, n: int) -> np.ndarray:
         """Per port slot ``< n``: seconds from its first not-ACTIVE sample to its latest sample,

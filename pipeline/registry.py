@@ -9,6 +9,8 @@ which a live stream or a recording happened to introduce the keys.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -38,6 +40,11 @@ class NodeRegistry:
         codes, uniques = pd.factorize(names, sort=False)
         table = np.fromiter((self.id_of(str(u)) for u in uniques), np.int32, len(uniques))
         return table[codes]
+
+    def known_ids(self, names: Iterable[str]) -> np.ndarray:
+        """Ids of those of *names* already registered (the others have no state to mute)."""
+        got = (self._ids.get(n) for n in names)
+        return np.array([i for i in got if i is not None], np.intp)
 
     def name_array(self) -> np.ndarray:
         """All node names, indexed by id (object array)."""
@@ -225,14 +232,62 @@ class PciGpuMap:
                             for n, c in zip(nodes, codes)), np.int16, len(codes))
 
 
+class GpuUuids:
+    """Which GPU sits in each slot, by a 64-bit hash of its ``gpu_uuid``: a new UUID at the same
+    (node, index) is a GPU swap, and the part's history (baselines, lifetime counters) is another
+    part's. The check is a gather and a compare per row (UUIDs hashed once per distinct value);
+    only rows whose UUID differs from the slot's take the slower path, and those are rare: a
+    slot's first rows, and a swap.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.hash = np.zeros(max(capacity, 1), np.int64)  # 0: no UUID seen yet
+        #: (slot, ts of the new GPU's first sample) per swap seen, until the pipeline takes them
+        self.swaps: list[tuple[int, float]] = []
+
+    def observe(self, slots: np.ndarray, ts: np.ndarray, uuids: np.ndarray | pd.Categorical) -> None:
+        """Learn the UUID of each row; a slot whose UUID changes records a swap at the first new row."""
+        codes, uniques = pd.factorize(uuids, use_na_sentinel=True)
+        if len(uniques) == 0:
+            return
+        table = pd.util.hash_array(np.asarray(uniques, dtype=object)).view(np.int64)
+        h = np.append(np.where(table == 0, 1, table), 0)[codes]  # code -1 (null) → 0, never a swap
+        need = int(slots.max()) + 1
+        if need > len(self.hash):
+            self.hash = _grown(self.hash, max(need, 2 * len(self.hash)))
+        changed = (h != self.hash[slots]) & (h != 0)
+        if changed.any():
+            self._changed(slots[changed], ts[changed], h[changed])
+
+    def _changed(self, slots: np.ndarray, ts: np.ndarray, h: np.ndarray) -> None:
+        order = np.lexsort((ts, slots))
+        slots, ts, h = slots[order], ts[order], h[order]
+        first = np.ones(len(slots), bool)
+        first[1:] = slots[1:] != slots[:-1]
+        prev = np.empty_like(h)
+        prev[1:] = h[:-1]
+        prev[first] = self.hash[slots[first]]
+        swap = (prev != 0) & (h != prev)
+        self.swaps += zip(slots[swap].tolist(), ts[swap].tolist())
+        last = np.append(first[1:], True)
+        self.hash[slots[last]] = h[last]
+
+    def take_swaps(self) -> list[tuple[int, float]]:
+        """The swaps seen since the last call."""
+        out, self.swaps = self.swaps, []
+        return out
+
+
 class Keys:
-    """The registries of one pipeline (nodes, GPUs, ports, PCI bus ids), shared by decoding and window state."""
+    """The registries of one pipeline (nodes, GPUs, ports, PCI bus ids, GPU UUIDs), shared by
+    decoding and window state."""
 
     def __init__(self, expected_nodes: int = 256, expected_gpus: int = 1024, expected_ports: int = 1024) -> None:
         self.nodes = NodeRegistry()
         self.gpus = GpuRegistry(self.nodes, expected_nodes=expected_nodes, expected_gpus=expected_gpus)
         self.ports = PortRegistry(self.nodes, expected_ports=expected_ports)
         self.pci = PciGpuMap()
+        self.uuids = GpuUuids(expected_gpus)
         self._names: np.ndarray = np.zeros(0, dtype=object)
 
     def node_names(self) -> np.ndarray:

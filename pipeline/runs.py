@@ -108,7 +108,7 @@ def previous(values: np.ndarray, first: np.ndarray, carried: np.ndarray) -> np.n
 
 
 def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray, out: np.ndarray | None = None,
-                   lifetime: np.ndarray | None = None) -> np.ndarray:
+                   lifetime: np.ndarray | None = None, resets: np.ndarray | None = None) -> np.ndarray:
     """Increments of cumulative counters (rows on the last axis, sorted by slot then ts).
 
     *first* indexes (or masks) each group's first row, *carried* is the value before it
@@ -120,7 +120,8 @@ def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray, out:
     pages — kept by the GPU across reboots) cannot be reset by a driver reload: one that
     goes down is another part at that index (a GPU swap) or an admin clear, so it is
     re-anchored there (increment 0) instead of counting the new part's whole history.
-    Written into *out* when given (same shape as *cur*).
+    Written into *out* when given (same shape as *cur*); *resets* (bool, one per row), when
+    given, is set where some counter that is not a lifetime one went down: the part was reset.
     """
     delta = np.empty_like(cur) if out is None else out
     np.subtract(cur[..., 1:], cur[..., :-1], out=delta[..., 1:])
@@ -131,4 +132,25 @@ def counter_deltas(cur: np.ndarray, first: np.ndarray, carried: np.ndarray, out:
         np.copyto(delta, 0.0, where=anchored)
         down &= ~anchored
     np.copyto(delta, cur, where=down)
+    if resets is not None:
+        np.any(down, axis=0, out=resets)
     return delta
+
+
+def group_flags(flags: np.ndarray, first_at: np.ndarray) -> np.ndarray:
+    """Per (tick, slot) group (*first_at*: each group's first row): whether any of its rows is flagged."""
+    out = np.zeros(len(first_at), bool)
+    hit = np.flatnonzero(flags)
+    if len(hit):
+        out[np.searchsorted(first_at, hit, side="right") - 1] = True
+    return out
+
+
+def anchor_rows(slot: np.ndarray, ts: np.ndarray, anchors: np.ndarray | None) -> np.ndarray:
+    """Rows (sorted) at one of *anchors* ((slot, ts) pairs, (2, m): a new part's first sample)."""
+    if anchors is None or anchors.shape[1] == 0:
+        return np.zeros(0, np.intp)
+    hit = np.zeros(len(slot), bool)
+    for a_slot, a_ts in anchors.T.tolist():  # a handful at most: GPU swaps are rare
+        hit |= (slot == a_slot) & (ts == a_ts)
+    return np.flatnonzero(hit)

@@ -30,7 +30,17 @@ from collector.schema import (
 )
 from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
 from pipeline.ring import ByTick, Folded, Ring
-from pipeline.runs import carried, counter_deltas, last_rows, new_samples_order, previous, previous_rows, runs
+from pipeline.runs import (
+    anchor_rows,
+    carried,
+    counter_deltas,
+    group_flags,
+    last_rows,
+    new_samples_order,
+    previous,
+    previous_rows,
+    runs,
+)
 
 #: Gauges whose windows get level / spread / slope.
 WINDOW_GAUGES: tuple[str, ...] = ("temp_gpu_c", "temp_mem_c", "power_w", "sm_clock_mhz", "util_gpu")
@@ -80,6 +90,7 @@ _COUNTER_IDX = np.array([GPU_COL[c] for c in GPU_COUNTERS])
 #: Counters the GPU keeps across reboots (InfoROM): a decrease re-anchors, it is not a reset.
 LIFETIME_COUNTERS = tuple(c for c in GPU_COUNTERS if c.endswith("_agg") or c.startswith(("retired", "remapped")))
 _LIFETIME = np.array([c in LIFETIME_COUNTERS for c in GPU_COUNTERS])
+_LIFETIME_ROWS = np.flatnonzero(_LIFETIME)
 _THR_IDX = GPU_COL["throttle_reasons"]
 _RING_IDX = np.concatenate([_GAUGE_IDX, _COUNTER_IDX, [_THR_IDX]])
 _THR_MASKS = np.array([m for _, m in THROTTLE_BITS], np.int64)
@@ -121,9 +132,15 @@ class GpuWindowState:
         if folded is not None:
             self.apply(folded, 0)
 
-    def fold(self, rows: GpuRows, tick: np.ndarray | None = None) -> Folded | None:
+    def fold(self, rows: GpuRows, tick: np.ndarray | None = None, anchors: np.ndarray | None = None
+             ) -> Folded | None:
         """Reduce the samples of one or more ticks (*tick*: each row's tick, default all 0)
         to ring cells and each slot's last sample, per tick, without changing the state.
+
+        Each slot's (tick's) last sample carries whether the GPU was repaired in it: a volatile
+        counter went down (GPU reset, reboot), or a row is one of *anchors* ((slot, ts), (2, m):
+        the first sample of a new GPU at that index), where lifetime counters are re-anchored
+        (increment 0, up or down) — the new GPU's history is not an increment of the old one's.
 
         :meth:`apply` of every tick in order then leaves exactly the state that
         :meth:`update` tick by tick would: same rows, same sums, same order. Replay folds
@@ -170,8 +187,14 @@ class GpuWindowState:
         cols = {k: np.arange(v.start, v.stop) for k, v in STATS.items()}
         # counters: increments with reset handling (computed in place), and the time they cover
         delta = alloc(kc, cols["cnt_delta"])
+        reset = np.empty(n, bool)
         counter_deltas(cur, first_at, carried(cur, prev, self.last_vals[_COUNTER_IDX][:, first_slots]), out=delta,
-                       lifetime=_LIFETIME)
+                       lifetime=_LIFETIME, resets=reset)
+        swapped = anchor_rows(slot, ts, anchors)
+        if len(swapped):
+            delta[np.ix_(_LIFETIME_ROWS, swapped)] = np.where(np.isfinite(delta[np.ix_(_LIFETIME_ROWS, swapped)]), 0.0,
+                                                              np.nan)
+            reset[swapped] = True
         dt = ts - previous(ts, first_at, carried(ts, prev, self.last_ts[first_slots]))
         dt_ok = np.isfinite(dt)
         unknown = ~np.isfinite(delta)
@@ -209,17 +232,20 @@ class GpuWindowState:
 
         last = last_rows(first)
         return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 1)),
-                      ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1)), (0, 0, 1)),
+                      ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1),
+                                          group_flags(reset, first_at)), (0, 0, 1, 0)),
                       stat_rows)
 
-    def apply(self, folded: Folded, k: int) -> None:
-        """Add tick *k* of :meth:`fold`'s result to the state (ticks in order)."""
+    def apply(self, folded: Folded, k: int) -> np.ndarray:
+        """Add tick *k* of :meth:`fold`'s result to the state (ticks in order); returns the slots
+        whose GPU was reset or replaced in that tick."""
         slot, b, sums = folded.cells.of(k)
         self.ring.add_cells(slot, b, sums[folded.stat_rows].T)
-        ls, ts, vals = folded.lasts.of(k)
+        ls, ts, vals, repaired = folded.lasts.of(k)
         self.last_ts[ls] = ts
         self.last_vals[:, ls] = vals
         self.last_seen[ls] = np.maximum(self.last_seen[ls], ts)
+        return ls[repaired]
 
     def add_xids(self, slots: np.ndarray, ts: np.ndarray, codes: np.ndarray) -> None:
         """Count XID events of known GPUs in their buckets."""

@@ -11,20 +11,26 @@ the way in: live and replay give identical matrices.
 
 Rows older than the last closed tick arrive too late to change features; they are
 counted in :attr:`FeaturePipeline.counts` (``late_rows``), never silently lost.
+
+Operator context (issue 13, docs/pipeline.md "Muted time and repairs"): while a node is
+muted (:mod:`pipeline.muted`: a maintenance event, a silence) its parts' baselines are
+frozen; a part reset, rebooted or swapped restarts its baseline at the prior.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from collector.operator_events import OperatorEventError, maintenance_window
 from pipeline.batch import FeatureBatch
 from pipeline.columns import GpuRows, NetRows, XidRows
 from pipeline.features import FEATURE_NAMES, PartBaselines, compute_features
-from pipeline.frames import gpu_rows_from_frame, net_rows_from_frame, xid_rows_from_frame
+from pipeline.frames import gpu_rows_from_frame, maintenance_from_frame, net_rows_from_frame, xid_rows_from_frame
+from pipeline.muted import MutedInterval, MutedTime
 from pipeline.ports import NodeXidState, PortWindowState
 from pipeline.registry import Keys
 from pipeline.ring import Folded
@@ -42,6 +48,14 @@ class PipelineCounts:
     late_rows: int = 0
     rejected_rows: int = 0
     ticks: int = 0
+    #: parts (GPUs and ports) whose baseline restarted at the prior: reset, reboot or swap
+    baseline_restarts: int = 0
+    #: GPU swaps seen (a new gpu_uuid at a (node, index) that had another)
+    gpu_swaps: int = 0
+    #: node-ticks muted (maintenance or silence): their parts' baselines were frozen
+    muted_node_ticks: int = 0
+    #: operator maintenance events taken as muted time
+    maintenance_events: int = 0
 
 
 class FeaturePipeline:
@@ -55,7 +69,9 @@ class FeaturePipeline:
         self.node_xids = NodeXidState(s.n_buckets, s.bucket_s, s.expected_nodes)
         self.baselines = PartBaselines(s.expected_gpus, s.expected_ports)
         self.counts = PipelineCounts()
+        self.muted = MutedTime()
         self.closed_until = -math.inf  # end of the last tick folded into state
+        self._swaps: list[tuple[int, float]] = []  # (slot, ts of the new GPU's first sample), not yet folded
         self._gpu: list[GpuRows] = []
         self._net: list[NetRows] = []
         self._xid: list[XidRows] = []
@@ -85,6 +101,28 @@ class FeaturePipeline:
         rows, bad = gpu_rows_from_frame(gpu, self.keys, mg)
         self.counts.rejected_rows += bad
         self.ingest(rows, net_rows_from_frame(net, self.keys), xid_rows_from_frame(events, self.keys, mg))
+        self.ingest_events(maintenance_from_frame(events))
+
+    def ingest_events(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Take the operator maintenance events among *events* (records) as muted time; others
+        are ignored (the bus worker hands in ``Decoded.events``, replay the recording's)."""
+        for ev in events:
+            try:
+                window = maintenance_window(ev)
+            except OperatorEventError:
+                self.counts.rejected_rows += 1  # the bus path dead-letters these before they get here
+                continue
+            if window is not None:
+                self.mute(window.nodes, window.start, window.end)
+                self.counts.maintenance_events += 1
+
+    def mute(self, nodes: Iterable[str] | None, start: float, end: float) -> None:
+        """Freeze the baselines of *nodes*' parts (``None``: every node) from *start* to *end*."""
+        self.muted.add(nodes, start, end)
+
+    def set_silenced(self, intervals: Iterable[MutedInterval]) -> None:
+        """Replace the service's silences (as muted intervals; see :mod:`api.scoring`)."""
+        self.muted.replace_service(intervals)
 
     def replay_window(self, window: Any) -> list[FeatureBatch]:
         """Ingest one :class:`collector.recording.RecordingWindow` and close the ticks it completes."""
@@ -114,7 +152,7 @@ class FeaturePipeline:
         (xid, tx), self._xid = _split_due(self._xid, XidRows, cad, last_k)
         due = np.unique(np.concatenate([tg, tn, tx]))
         # GPU and port rows of every due tick are reduced in one pass; ticks then apply in order
-        gpu_f = self.gpu_state.fold(gpu, tg)
+        gpu_f = self.gpu_state.fold(gpu, tg, self._due_swaps((last_k + 1) * cad))
         net_f = self.port_state.fold(net, tn)
         out = [self._close_tick(k, gpu_f, net_f, _rows_of_tick(xid, tx, k)) for k in due.tolist()]
         self._pending_min_ts = min((float(r.ts.min()) for r in (*self._gpu, *self._net, *self._xid)),
@@ -129,13 +167,27 @@ class FeaturePipeline:
         cad = self.settings.cadence_s
         return self.advance((math.floor(newest / cad) + 1) * cad)
 
+    def _due_swaps(self, before: float) -> np.ndarray | None:
+        """(slot, ts) of the GPU swaps whose first new sample is in a tick about to close, (2, m)."""
+        new = self.keys.uuids.take_swaps()
+        self.counts.gpu_swaps += len(new)
+        self._swaps += [sw for sw in new if sw[1] >= self.closed_until]  # a late row changes nothing
+        if not self._swaps:
+            return None
+        due = [sw for sw in self._swaps if sw[1] < before]
+        self._swaps = [sw for sw in self._swaps if sw[1] >= before]
+        return np.array(due, np.float64).reshape(-1, 2).T
+
     def _close_tick(self, k: int, gpu: Folded | None, net: Folded | None, xid: XidRows) -> FeatureBatch:
         s = self.settings
         tick_end = (k + 1) * s.cadence_s
-        if gpu is not None:
-            self.gpu_state.apply(gpu, k)
-        if net is not None:
-            self.port_state.apply(net, k)
+        repaired_gpus = self.gpu_state.apply(gpu, k) if gpu is not None else _NO_SLOTS
+        repaired_ports = self.port_state.apply(net, k) if net is not None else _NO_SLOTS
+        if len(repaired_gpus) or len(repaired_ports):
+            self.counts.baseline_restarts += self.baselines.restart(repaired_gpus, repaired_ports)
+        muted = self.muted.nodes_muted(self.keys.nodes, tick_end - s.cadence_s, tick_end)
+        if muted is not None:
+            self.counts.muted_node_ticks += int(muted.sum())
         if len(xid):
             on_gpu = xid.gpu >= 0
             slots = self.keys.gpus.slots_of(xid.node[on_gpu], xid.gpu[on_gpu])
@@ -143,6 +195,7 @@ class FeaturePipeline:
             self.node_xids.add(xid.node[~on_gpu], xid.ts[~on_gpu], xid.code[~on_gpu])
         self.gpu_state.ensure(self.keys.gpus.n)
         self.closed_until = tick_end
+        self.muted.prune(tick_end)
         self.counts.ticks += 1
         order = self.keys.gpus.canonical_order()
         slots = order[self.gpu_state.last_seen[order] >= tick_end - s.retain_silent_s]
@@ -150,7 +203,7 @@ class FeaturePipeline:
             x = np.zeros((0, len(FEATURE_NAMES)), np.float32)
         else:
             x = compute_features(self.gpu_state, self.port_state, self.node_xids, self.keys.gpus, self.keys.ports,
-                                 slots, tick_end, s.n_short_buckets, self.baselines)
+                                 slots, tick_end, s.n_short_buckets, self.baselines, muted)
         gpus = self.keys.gpus
         return FeatureBatch(tick_end, self.keys.node_names()[gpus.slot_node[slots]], gpus.slot_gpu[slots].copy(), x)
 
@@ -160,6 +213,9 @@ class FeaturePipeline:
     def state_bytes(self) -> int:
         """Bytes of window state (bounded by the number of GPUs and ports, not by time)."""
         return self.gpu_state.nbytes + self.port_state.nbytes + self.node_xids.nbytes + self.baselines.nbytes
+
+
+_NO_SLOTS = np.zeros(0, np.intp)
 
 
 def _split_due(parts: list[Any], kind: Any, cad: float, last_k: int) -> tuple[tuple[Any, np.ndarray], list[Any]]:

@@ -67,6 +67,7 @@ class StreamWorker:
         if decoded.rejected:
             log.warning("dead-lettered %d messages/samples (first: %s)", len(decoded.rejected), decoded.rejected[0].reason)
         self.pipeline.ingest(decoded.gpu, decoded.net, decoded.xids)
+        self.pipeline.ingest_events(decoded.events)  # operator maintenance: muted time (docs/pipeline.md)
         for tp, offset, newest in decoded.progress:
             self._uncommitted.setdefault(tp, deque()).append((offset, newest))
             if newest > self._newest.get(tp, -math.inf):

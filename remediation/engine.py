@@ -229,6 +229,11 @@ class Engine:
                 self._known[st.name] = st
         return len(listed)
 
+    def node_statuses(self) -> dict[str, NodeStatus]:
+        """Each node as the scheduler last listed it (labels for silence selectors), a copy."""
+        with self._lock:
+            return dict(self._known)
+
     def on_operator_event(self, event: dict[str, Any]) -> Silence | None:
         """An operator maintenance event (collector/operator_events.py) becomes a silence of
         actions on its nodes for its window (alerts still show what gpuops saw). The silence's
