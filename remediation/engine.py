@@ -38,6 +38,7 @@ from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action
 from .adapters.base import Adapter, AdapterError, NodeStatus, TransientAdapterError
 from .adapters.dryrun import DryRunAdapter
 from .config import PolicyConfig
+from . import people
 from .facility import FLEET, FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
@@ -459,7 +460,7 @@ class Engine:
             snap.held.add(rec.node)
             snap.actions_in_window += verdict.outcome is Outcome.GO
             snap.last_action_at[rec.node] = snap.now
-            self._past.append(_Past(rec.node, rec.kind, rec.created_at, True))
+            self._remember(rec, automatic=True)
         if verdict.outcome is Outcome.NO:
             rec = self._move(rec, ActionState.REJECTED, ENGINE_ACTOR, f"{verdict.blocked_by}: {verdict.why}")
             cause = (verdict.blocked_by or "").split(":")[0]
@@ -691,81 +692,21 @@ class Engine:
         self.commands.send_reset(rec.id, rec.node, rec.gpu, scheduler_reason(rec.kind, rec.fault, rec.id), self.clock())
         self._save(rec, "node idle: GPU reset sent to the agent", result={**rec.result, "follow_up_state": "sent"})
 
-    # ---- people -------------------------------------------------------------------------------
+    # ---- people (remediation/people.py) -------------------------------------------------------
 
     def request(self, kind: ActionKind, node: str, reason: str, actor: str, *, gpu: int | None = None,
                 dry_run: bool = True, force: bool = False) -> ActionRecord:
-        """An operator's action: recorded, approved by the caller, carried out (dry run by default).
-
-        The id is deterministic per (node, kind, GPU, actor, minute), so a retried request
-        returns the first one's record. Maintenance and, for a resume, the verification window
-        are checked unless ``force``.
-        """
-        if not reason.strip():
-            raise ValueError("a reason is required")
-        with self._lock:
-            now = self.clock()
-            aid = action_id(node, kind, gpu, None, float(int(now // 60) * 60), actor)
-            existing = self.store.get(aid)
-            if existing is not None:
-                return existing
-            rec = ActionRecord(id=aid, node=node, kind=kind, state=ActionState.PROPOSED, reason=reason, actor=actor,
-                               incident_ts=now, created_at=now, updated_at=now, gpu=gpu, source="operator",
-                               dry_run=dry_run, adapter=self.dry.name if dry_run else self.adapter.name)
-            st = self._status(rec)
-            why = ""
-            if st is not None and not st.exists:
-                why = f"{node} is not a node the scheduler knows"
-            elif st is not None and st.maintenance and not force:
-                why = f"{node} is under declared maintenance (force to override)"
-            elif kind is ActionKind.RESUME and not force:
-                why = self._unclean(node, now)
-            self.store.insert(rec, note="requested by " + actor)
-            if why:
-                return self._move(rec, ActionState.REJECTED, actor, why, blocked_by="operator_check")
-            if kind.holds_node:
-                self.holds[node] = rec
-                self._past.append(_Past(node, kind, now, False))
-            rec = self._move(rec, ActionState.APPROVED, actor, "operator request")
-            return self._execute(rec)
-
-    def _unclean(self, node: str, now: float) -> str:
-        hold = self.holds.get(node)
-        ns = self.state.nodes.get(node)
-        if hold is None:
-            return ""
-        clean_since = ns.healthy_since if ns is not None else None
-        if clean_since is None or now - clean_since < self.safety.verify_window_s:
-            return (f"{node} has not had {self.safety.verify_window_s / 60:.0f} min of clean telemetry "
-                    "since gpuops took it out (force to override)")
-        return ""
+        """An operator's action, checked and carried out (dry run by default): :func:`people.request`."""
+        return people.request(self, kind, node, reason, actor, gpu=gpu, dry_run=dry_run, force=force)
 
     def approve(self, aid: str, actor: str, note: str = "") -> ActionRecord:
-        with self._lock:
-            rec = self._get(aid)
-            override = f" (overrides {rec.blocked_by})" if rec.blocked_by else ""
-            rec = self._move(rec, ActionState.APPROVED, actor, (note or "approved") + override)
-            if rec.kind.holds_node:
-                self.holds[rec.node] = rec
-            return self._execute(rec)
+        return people.approve(self, aid, actor, note)
 
     def reject(self, aid: str, actor: str, note: str = "") -> ActionRecord:
-        with self._lock:
-            rec = self._move(self._get(aid), ActionState.REJECTED, actor, note or "rejected")
-            self._unhold(rec.node, rec.id)
-            return rec
+        return people.close(self, aid, ActionState.REJECTED, actor, note)
 
     def cancel(self, aid: str, actor: str, note: str = "") -> ActionRecord:
-        with self._lock:
-            rec = self._move(self._get(aid), ActionState.CANCELLED, actor, note or "cancelled")
-            self._unhold(rec.node, rec.id)
-            return rec
-
-    def _get(self, aid: str) -> ActionRecord:
-        rec = self.store.get(aid)
-        if rec is None:
-            raise KeyError(f"no action with id {aid!r}")
-        return rec
+        return people.close(self, aid, ActionState.CANCELLED, actor, note)
 
     # ---- bookkeeping --------------------------------------------------------------------------
 
@@ -789,6 +730,10 @@ class Engine:
             nodes = dict(self.state.nodes)
             nodes[node] = replace(ns, held_since=None, held_grade=None, held_fault=None, healthy_since=None)
             self.state = replace(self.state, nodes=nodes)
+
+    def _remember(self, rec: ActionRecord, automatic: bool) -> None:
+        """An action that takes a node out, for the safety limits' history (cooldowns, lemons, the breaker)."""
+        self._past.append(_Past(rec.node, rec.kind, rec.created_at, automatic))
 
     def _count(self, key: str) -> None:
         self.counts[key] = self.counts.get(key, 0) + 1
