@@ -34,11 +34,12 @@ from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.base import CLASSES
 from models.node_scores import NodeScores
 
+from . import people
 from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id, scheduler_reason
 from .adapters.base import Adapter, AdapterError, NodeStatus, TransientAdapterError
 from .adapters.dryrun import DryRunAdapter
+from .cluster_view import ClusterView
 from .config import PolicyConfig
-from . import people
 from .facility import FLEET, FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
@@ -101,8 +102,8 @@ class Engine:
         self.clock = clock
         #: people's silences (in the store): a decision they mute is recorded, not carried out
         self.silences = silences or SilenceBook(store, max_silence_s=self.safety.max_silence_s, clock=clock)
-        #: each node as the scheduler last listed it (labels for silence selectors)
-        self._known: dict[str, NodeStatus] = {}
+        #: each node as the scheduler last listed it: partitions, labels, maintenance
+        self.view = ClusterView()
         self.state = PolicyState()
         #: False on a standby replica: people's approvals and requests are recorded (approved), and
         #: the leader — whose :meth:`maintain` executes approved actions — carries them out
@@ -112,7 +113,6 @@ class Engine:
         self.holds: dict[str, ActionRecord] = {}
         self._past: list[_Past] = []
         self._fleet_size = 0
-        self._partitions: dict[str, tuple[str, ...]] = {}
         self.counts: dict[str, int] = {}
         #: the policy's decisions of the last tick (replay reports them beside the records)
         self.last_decisions: list[Decision] = []
@@ -208,9 +208,8 @@ class Engine:
             log.warning("cannot list the scheduler's nodes to rebuild state (%s); using the store alone", e)
             listed = []
         now = self.clock()
+        self.view.update(listed)
         for st in listed:
-            self._partitions[st.name] = st.partitions
-            self._known[st.name] = st
             if st.drained and st.ours and st.name not in nodes:
                 # drained by gpuops but unknown to this store (a lost store, another installation):
                 # held, so that the policy's verification decides when it goes back
@@ -225,9 +224,7 @@ class Engine:
         leaves the last view in place and is raised for the job to log."""
         listed = self.adapter.list_nodes()
         with self._lock:
-            for st in listed:
-                self._partitions[st.name] = st.partitions
-                self._known[st.name] = st
+            self.view.update(listed)
         return len(listed)
 
     def on_operator_event(self, event: dict[str, Any]) -> Silence | None:
@@ -255,7 +252,7 @@ class Engine:
 
     def under_maintenance(self) -> list[str]:
         """The nodes the last view showed under declared maintenance or drained by someone else."""
-        return sorted(n for n, st in self._known.items() if st.maintenance or (st.drained and not st.ours))
+        return self.view.under_maintenance()
 
     def reconcile(self) -> int:
         """Bring every in-flight action in line with the cluster; returns how many it moved."""
@@ -317,7 +314,7 @@ class Engine:
             armed = self.armed
             snap = self._snapshot(now)
             active = self.silences.active(now)
-            unmuted = [d for d in decisions if not first_match(active, d.node, self._known.get(d.node), kind_of(d))]
+            unmuted = [d for d in decisions if not first_match(active, d.node, self.view.get(d.node), kind_of(d))]
             events = self._facility_events(unmuted)
             self._check_breaker(unmuted, snap)
             out: list[ActionRecord] = []
@@ -337,21 +334,15 @@ class Engine:
 
     def groups_of(self, node: str) -> NodeGroups:
         """Where the scheduler says *node* sits: labelled groups (rack, switch), then its partitions."""
-        st = self._known.get(node)
-        extra = st.extra if st is not None else {}
-        labelled = tuple(f"{k}/{extra[k]}" for k in self.safety.facility_labels if extra.get(k))
-        parts = st.partitions if st is not None and st.partitions else self._partitions.get(node, ())
-        return NodeGroups(labelled, tuple(f"partition/{p}" for p in parts))
+        return self.view.groups_of(node, self.safety.facility_labels)
 
     def _facility_events(self, decisions: Sequence[Decision]) -> dict[tuple[str, str], FacilityEvent]:
         onsets = [(Onset(d.node, d.fault.value, d.ts), self.groups_of(d.node))
                   for d in decisions if d.fault is not None and kind_of(d).holds_node]
         if not onsets:
             return {}
-        sizes: dict[str, int] = {FLEET: max(self._fleet_size, len(self._partitions), len(self._known))}
-        for parts in self._partitions.values():
-            for part in parts:
-                sizes[f"partition/{part}"] = sizes.get(f"partition/{part}", 0) + 1
+        sizes = {FLEET: max(self._fleet_size, len(self.view.partitions), len(self.view.known)),
+                 **self.view.partition_sizes("partition/")}
         now = max(o.ts for o, _ in onsets)
         events = self.facility.observe(now, onsets, sizes)
         self._facility_past.extend((node, now) for node, _ in events)
@@ -388,14 +379,10 @@ class Engine:
             last[p.node] = max(last.get(p.node, 0.0), p.created_at)
             if now - p.created_at < cfg.lemon_window_s and p.kind.holds_node:
                 lemons[p.node] = lemons.get(p.node, 0) + 1
-        sizes: dict[str, int] = {}
-        for parts in self._partitions.values():
-            for part in parts:
-                sizes[part] = sizes.get(part, 0) + 1
         breaker = self.breaker
         return Snapshot(
-            now=now, fleet_size=max(self._fleet_size, len(self._partitions)), held=set(self.holds),
-            partition_of=self._partitions, partition_size=sizes,
+            now=now, fleet_size=max(self._fleet_size, len(self.view.partitions)), held=set(self.holds),
+            partition_of=self.view.partitions, partition_size=self.view.partition_sizes(),
             actions_in_window=sum(1 for p in auto if p.kind.holds_node and now - p.created_at < cfg.action_window_s),
             last_action_at=last, recent_holds=lemons, paused=self.paused, breaker_open=bool(breaker.get("open")))
 
@@ -424,7 +411,7 @@ class Engine:
         facility event (*facility*) is rejected with ``blocked_by="facility:<group>"``.
         """
         if rec.kind is ActionKind.ALERT:
-            sil = first_match(active, rec.node, self._known.get(rec.node), rec.kind)
+            sil = first_match(active, rec.node, self.view.get(rec.node), rec.kind)
             if sil is not None:
                 rec = replace(rec, state=ActionState.REJECTED, blocked_by=f"silence:{sil.id}")
                 if self.store.insert(rec, note=f"muted by {sil.describe()}"):
@@ -440,7 +427,7 @@ class Engine:
             self._unhold(rec.node)            # the policy held it, but gpuops never took it out
             return None
         status = self._status(rec)
-        sil = first_match(active, rec.node, status or self._known.get(rec.node), rec.kind)
+        sil = first_match(active, rec.node, status or self.view.get(rec.node), rec.kind)
         if sil is not None:
             verdict = Verdict(Outcome.NO, f"silence:{sil.id}", f"muted by {sil.describe()}")
         elif facility is not None:
@@ -484,7 +471,7 @@ class Engine:
         for name, ns in self.state.nodes.items():
             if ns.held_since is None or ns.healthy_since is None:
                 continue
-            if first_match(active, name, self._known.get(name), ActionKind.RESUME) is not None:
+            if first_match(active, name, self.view.get(name), ActionKind.RESUME) is not None:
                 nodes = nodes if nodes is not None else dict(self.state.nodes)
                 nodes[name] = replace(ns, healthy_since=None)
         if nodes is not None:
