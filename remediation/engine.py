@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
-from collector.operator_events import OperatorEventError, maintenance_window
 from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.base import CLASSES
 from models.node_scores import NodeScores
@@ -43,7 +42,7 @@ from .config import PolicyConfig
 from .facility import FLEET, FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
-from .silences import Mutes, Silence, SilenceBook, SilenceError, first_match
+from .silences import Silence, SilenceBook, first_match
 from .store import ActionStore, NodeScoreRow
 
 log = logging.getLogger(__name__)
@@ -228,26 +227,11 @@ class Engine:
         return len(listed)
 
     def on_operator_event(self, event: dict[str, Any]) -> Silence | None:
-        """An operator maintenance event (collector/operator_events.py) becomes a silence of
-        actions on its nodes for its window (alerts still show what gpuops saw). The silence's
-        id is deterministic, so the same event on every replica, or replayed, is one silence.
-        Any other event: ``None``. A malformed or refused window is logged, not raised."""
-        try:
-            window = maintenance_window(event)
-        except OperatorEventError as e:
-            log.warning("operator event ignored: %s", e)
-            return None
-        if window is None:
-            return None
-        author = "operator:" + (window.author or "event")
-        try:
-            sil = self.silences.create(author=author, reason=f"maintenance event: {window.reason}",
-                                       nodes=window.nodes, mutes=Mutes.ACTIONS, starts_at=window.start,
-                                       ends_at=window.end)
-        except SilenceError as e:
-            log.warning("operator maintenance event on %s not turned into a silence: %s", ", ".join(window.nodes), e)
-            return None
-        self._count("operator_maintenance")
+        """An operator maintenance event becomes a silence of actions on its nodes for its
+        window (:meth:`SilenceBook.from_operator_event`); any other event: ``None``."""
+        sil = self.silences.from_operator_event(event)
+        if sil is not None:
+            self._count("operator_maintenance")
         return sil
 
     def under_maintenance(self) -> list[str]:
