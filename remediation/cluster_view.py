@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from .adapters.base import NodeStatus
-from .facility import NodeGroups
+from .facility import FLEET, NodeGroups
 
 
 class ClusterView:
@@ -47,6 +47,11 @@ class ClusterView:
             for part in parts:
                 sizes[prefix + part] = sizes.get(prefix + part, 0) + 1
         return sizes
+
+    def group_sizes(self, fleet_size: int) -> dict[str, int]:
+        """Each facility group's node count for the share test: ``fleet`` (at least *fleet_size*,
+        the most nodes a tick has scored) and ``partition/<name>``."""
+        return {FLEET: max(fleet_size, len(self.partitions), len(self.known)), **self.partition_sizes("partition/")}
 
     def groups_of(self, node: str, labels: Sequence[str]) -> NodeGroups:
         """Where *node* sits: its labelled groups (``rack/r07`` for each key of *labels* it has),

@@ -39,7 +39,7 @@ from .adapters.base import Adapter, AdapterError, NodeStatus, TransientAdapterEr
 from .adapters.dryrun import DryRunAdapter
 from .cluster_view import ClusterView
 from .config import PolicyConfig
-from .facility import FLEET, FacilityEvent, FacilityTracker, NodeGroups, Onset
+from .facility import FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
 from .silences import Silence, SilenceBook, first_match
@@ -303,7 +303,7 @@ class Engine:
             self._check_breaker(unmuted, snap)
             out: list[ActionRecord] = []
             for ev in {id(e): e for e in events.values()}.values():
-                rec = self._admit(self._facility_alert(ev, now, armed), snap, active)
+                rec = self._admit(ev.alert(now, dry_run=not armed, adapter=self._adapter(armed).name), snap, active)
                 if rec is not None:
                     out.append(rec)
             for d in decisions:
@@ -325,22 +325,11 @@ class Engine:
                   for d in decisions if d.fault is not None and kind_of(d).holds_node]
         if not onsets:
             return {}
-        sizes = {FLEET: max(self._fleet_size, len(self.view.partitions), len(self.view.known)),
-                 **self.view.partition_sizes("partition/")}
         now = max(o.ts for o, _ in onsets)
-        events = self.facility.observe(now, onsets, sizes)
+        events = self.facility.observe(now, onsets, self.view.group_sizes(self._fleet_size))
         self._facility_past.extend((node, now) for node, _ in events)
         self._facility_past = [(n, t) for n, t in self._facility_past if now - t < self.safety.breaker_window_s]
         return events
-
-    def _facility_alert(self, ev: FacilityEvent, now: float, armed: bool) -> ActionRecord:
-        """The one alert of a facility event: its node is ``facility:<group>``, its reason names the members."""
-        return ActionRecord(
-            id=action_id(ev.name, ActionKind.ALERT, None, ev.fault, ev.start), node=ev.name, kind=ActionKind.ALERT,
-            state=ActionState.PROPOSED, reason=ev.describe(), actor=ENGINE_ACTOR, incident_ts=ev.start,
-            created_at=now, updated_at=now, fault=ev.fault, source="facility",
-            evidence={"group": ev.group, "members": sorted(ev.members)},
-            dry_run=not armed, adapter=self.adapter.name if armed else self.dry.name)
 
     def _record(self, d: Decision, now: float, armed: bool, evidence: dict[str, Any]) -> ActionRecord:
         kind = kind_of(d)
@@ -415,8 +404,7 @@ class Engine:
         if sil is not None:
             verdict = Verdict(Outcome.NO, f"silence:{sil.id}", f"muted by {sil.describe()}")
         elif facility is not None:
-            verdict = Verdict(Outcome.NO, facility.name, f"one of {len(facility.members)} nodes of {facility.group} "
-                              f"showing {facility.fault} at once: a facility event, alerted for the group")
+            verdict = facility.member_verdict()
         else:
             verdict = _named(gate(rec.kind, rec.node, rec.incident_ts, snap, self.safety,
                                   maintenance=bool(status and status.maintenance),
@@ -714,8 +702,7 @@ class Engine:
         return {"armed": self.armed, "paused": self.paused, "breaker": self.breaker,
                 "adapter": self.adapter.name, "held": sorted(self.holds), "counts": dict(self.counts),
                 "silences": [s.id for s in self.silences.active(self.clock())],
-                "facility_events": [{"group": ev.group, "fault": ev.fault, "start": ev.start, "last": ev.last,
-                                     "members": sorted(ev.members)} for ev in self.facility.events.values()],
+                "facility_events": [ev.summary() for ev in self.facility.events.values()],
                 "safety": self.safety.model_dump(mode="json")}
 
 
