@@ -27,13 +27,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.base import CLASSES
 from models.node_scores import NodeScores
 
-from . import people
+from . import people, resets
 from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id, scheduler_reason
 from .adapters.base import Adapter, AdapterError, NodeStatus, TransientAdapterError
 from .adapters.dryrun import DryRunAdapter
@@ -41,6 +41,7 @@ from .cluster_view import ClusterView
 from .config import PolicyConfig
 from .facility import FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
+from .resets import CommandChannel
 from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
 from .silences import Silence, SilenceBook, first_match
 from .store import ActionStore, NodeScoreRow
@@ -54,12 +55,6 @@ _CLUSTER_KINDS = tuple(k for k in ActionKind if k.touches_cluster)
 #: how far back the engine reads its own history at start (holds, lemons, cooldowns), s
 HISTORY_S = 30 * 86400.0
 _MAX_BACKOFF_S = 300.0
-
-
-class CommandChannel(Protocol):
-    """Sends a signed GPU reset to a node agent (remediation/adapters/agent_commands.py)."""
-
-    def send_reset(self, action_id: str, node: str, gpu: int, reason: str, now: float) -> Any: ...
 
 
 def kind_of(d: Decision) -> ActionKind:
@@ -519,19 +514,8 @@ class Engine:
         if k is ActionKind.DRAIN_RESET:
             return {"follow_up": "reset_when_idle"}
         if k is ActionKind.RESET:
-            return self._send_reset(rec, reason)
+            return resets.send(self, rec, reason)
         return {}
-
-    def _send_reset(self, rec: ActionRecord, reason: str) -> dict[str, Any]:
-        if rec.dry_run:
-            return {"reset": "dry-run: a signed reset would go to the node agent"}
-        if self.commands is None:
-            raise _NoChannel(f"{rec.node}: a GPU reset needs the node agent's command channel "
-                             "(commands: in the service config); the node stays drained for a person")
-        if rec.gpu is None:
-            raise _NoChannel(f"{rec.node}: the reset names no GPU; the node stays drained for a person")
-        self.commands.send_reset(rec.id, rec.node, rec.gpu, reason, self.clock())
-        return {"awaiting": "the node agent's reset result", "command_sent_at": self.clock()}
 
     def _transient(self, rec: ActionRecord, e: TransientAdapterError) -> ActionRecord:
         self._count(f"transient_{rec.kind.value}")
@@ -545,22 +529,7 @@ class Engine:
 
     def on_command_result(self, action: str, status: str, detail: str = "") -> ActionRecord | None:
         """The node agent's answer to a reset (gpu.events): records it on its action."""
-        with self._lock:
-            rec = self.store.get(action)
-            if rec is None:
-                log.warning("command result for unknown action %s (%s): ignored", action, status)
-                return None
-            if rec.kind is ActionKind.RESET and rec.state is ActionState.EXECUTING:
-                if status == "succeeded":
-                    return self._move(rec, ActionState.SUCCEEDED, ENGINE_ACTOR, "agent: " + detail,
-                                      result={**rec.result, "reset": detail or "succeeded", "awaiting": None})
-                return self._move(rec, ActionState.FAILED, ENGINE_ACTOR, f"agent {status}: {detail}",
-                                  error=f"{status}: {detail}")
-            if rec.kind is ActionKind.DRAIN_RESET:
-                return self._save(rec, f"follow-up reset {status}: {detail}",
-                                  result={**rec.result, "follow_up_state": status, "follow_up_detail": detail})
-            log.info("command result for %s in state %s: recorded only in the log", action, rec.state.value)
-            return rec
+        return resets.on_result(self, action, status, detail)
 
     # ---- after the fact: retry, verify, follow up, expire -------------------------------------
 
@@ -595,14 +564,7 @@ class Engine:
     def _reconcile_executing(self, rec: ActionRecord, restart: bool) -> int:
         now = self.clock()
         if rec.result.get("awaiting"):
-            sent = float(rec.result.get("command_sent_at") or rec.updated_at)
-            if now - sent > self.safety.reset_timeout_s:
-                self._unhold(rec.node)
-                self._move(rec, ActionState.FAILED, ENGINE_ACTOR,
-                           f"no result from the node agent within {self.safety.reset_timeout_s:.0f} s "
-                           "(not sent again: a person checks the GPU)", error="reset timed out")
-                return 1
-            return 0
+            return resets.expire(self, rec, now)
         if not restart and now < float(rec.result.get("retry_at") or 0.0):
             return 0
         adapter = self._adapter(not rec.dry_run)
@@ -636,20 +598,10 @@ class Engine:
         st = adapter.status(rec.node)
         if rec.kind is ActionKind.DRAIN_RESET and rec.result.get("follow_up_state") is None:
             if _done(rec.kind, st) and st.idle:
-                self._follow_up_reset(rec)
+                resets.follow_up(self, rec)
             return
         if _done(rec.kind, st):
             self._move(rec, ActionState.VERIFIED, ENGINE_ACTOR, f"verified: {st.raw_state or 'as expected'}")
-
-    def _follow_up_reset(self, rec: ActionRecord) -> None:
-        if rec.dry_run or self.commands is None or rec.gpu is None:
-            why = ("dry-run" if rec.dry_run else "no command channel" if self.commands is None else "no GPU named")
-            self._save(rec, f"node idle: reset {'recorded' if rec.dry_run else 'left to a person'} ({why})",
-                       result={**rec.result, "follow_up_state": "dry-run" if rec.dry_run else "skipped",
-                               "follow_up_detail": why})
-            return
-        self.commands.send_reset(rec.id, rec.node, rec.gpu, scheduler_reason(rec.kind, rec.fault, rec.id), self.clock())
-        self._save(rec, "node idle: GPU reset sent to the agent", result={**rec.result, "follow_up_state": "sent"})
 
     # ---- people (remediation/people.py) -------------------------------------------------------
 
@@ -723,10 +675,6 @@ def _named(verdict: Verdict, status: NodeStatus | None) -> Verdict:
         return Verdict(verdict.outcome, "not_ours",
                        f"{verdict.why} (reason {status.reason!r}: only its owner returns it to service)")
     return verdict
-
-
-class _NoChannel(AdapterError):
-    """A reset that cannot be sent (permanent)."""
 
 
 def _done(kind: ActionKind, st: NodeStatus) -> bool:
