@@ -33,9 +33,9 @@ from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.base import CLASSES
 from models.node_scores import NodeScores
 
-from . import people, resets
-from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id, scheduler_reason
-from .adapters.base import Adapter, AdapterError, NodeStatus, TransientAdapterError
+from . import execution, people, resets
+from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id
+from .adapters.base import Adapter, AdapterError, NodeStatus
 from .adapters.dryrun import DryRunAdapter
 from .cluster_view import ClusterView
 from .config import PolicyConfig
@@ -48,13 +48,8 @@ from .store import ActionStore, NodeScoreRow
 
 log = logging.getLogger(__name__)
 
-#: states an action is in while the engine still has work to do on it (besides proposals)
-_IN_FLIGHT = (ActionState.APPROVED, ActionState.EXECUTING, ActionState.SUCCEEDED)
-#: kinds that touch the cluster: an alert is done once recorded and never needs verifying
-_CLUSTER_KINDS = tuple(k for k in ActionKind if k.touches_cluster)
 #: how far back the engine reads its own history at start (holds, lemons, cooldowns), s
 HISTORY_S = 30 * 86400.0
-_MAX_BACKOFF_S = 300.0
 
 
 def kind_of(d: Decision) -> ActionKind:
@@ -238,10 +233,10 @@ class Engine:
         moved = 0
         for rec in self.store.open_actions():
             if rec.state is ActionState.EXECUTING:
-                moved += self._reconcile_executing(rec, restart=True)
+                moved += execution.reconcile_executing(self, rec, restart=True)
             elif rec.state is ActionState.APPROVED:
                 moved += 1
-                self._execute(rec)
+                execution.execute(self, rec)
         return moved
 
     # ---- one tick ---------------------------------------------------------------------------
@@ -429,7 +424,7 @@ class Engine:
             log.info("%s %s on %s waits for a person: %s", rec.id, rec.kind.value, rec.node, verdict.why)
             return rec
         rec = self._move(rec, ActionState.APPROVED, ENGINE_ACTOR, "within every safety limit")
-        return self._execute(rec)
+        return execution.execute(self, rec)
 
     def _hold_silenced(self, active: Sequence[Silence]) -> None:
         """A node gpuops holds is not resumed while a silence mutes actions on it: its clean time
@@ -464,144 +459,18 @@ class Engine:
             log.warning("%s: cannot read node state before %s (%s)", rec.node, rec.kind.value, e)
             return None
 
-    # ---- execution ----------------------------------------------------------------------------
+    # ---- execution (remediation/execution.py, remediation/resets.py) ---------------------------
 
     def _adapter(self, armed: bool) -> Adapter:
         return self.adapter if armed else self.dry
 
-    def _execute(self, rec: ActionRecord) -> ActionRecord:
-        """approved → executing (persisted) → the adapter → succeeded | failed | retry later."""
-        if not self.acting:
-            return rec                       # a standby: the leader's next pass executes it
-        rec = self._move(rec, ActionState.EXECUTING, ENGINE_ACTOR, "calling " + rec.adapter,
-                         attempts=rec.attempts + 1)
-        return self._call(rec)
-
-    def _call(self, rec: ActionRecord) -> ActionRecord:
-        adapter = self._adapter(not rec.dry_run)
-        reason = scheduler_reason(rec.kind, rec.fault, rec.id)
-        try:
-            result = self._carry_out(adapter, rec, reason)
-        except TransientAdapterError as e:
-            return self._transient(rec, e)
-        except AdapterError as e:
-            self._unhold(rec.node)
-            self._count(f"failed_{rec.kind.value}")
-            return self._move(rec, ActionState.FAILED, ENGINE_ACTOR, str(e), error=str(e))
-        if result.get("awaiting"):
-            return self._save(rec, f"waiting for {result['awaiting']}", result={**rec.result, **result}, error=None)
-        self._count(f"succeeded_{rec.kind.value}")
-        if rec.kind is ActionKind.RESUME:
-            self.holds.pop(rec.node, None)
-            self._unhold(rec.node)
-        return self._move(rec, ActionState.SUCCEEDED, ENGINE_ACTOR, "done by " + adapter.name,
-                          result={**rec.result, **result}, error=None)
-
-    def _carry_out(self, adapter: Adapter, rec: ActionRecord, reason: str) -> dict[str, Any]:
-        k = rec.kind
-        if k is ActionKind.RESUME:
-            adapter.resume(rec.node, reason)
-            return {}
-        if k is ActionKind.REQUEUE:
-            return {"requeued": adapter.requeue(rec.node, reason)}
-        if k is ActionKind.REBOOT:
-            adapter.reboot(rec.node, reason)
-            return {}
-        adapter.drain(rec.node, reason)
-        if k is ActionKind.DRAIN_REBOOT:
-            adapter.reboot(rec.node, reason)      # Slurm: `reboot ASAP` waits for the jobs itself
-            return {"follow_up": "reboot"}
-        if k is ActionKind.DRAIN_RESET:
-            return {"follow_up": "reset_when_idle"}
-        if k is ActionKind.RESET:
-            return resets.send(self, rec, reason)
-        return {}
-
-    def _transient(self, rec: ActionRecord, e: TransientAdapterError) -> ActionRecord:
-        self._count(f"transient_{rec.kind.value}")
-        if rec.attempts >= self.safety.max_attempts:
-            self._unhold(rec.node)
-            return self._move(rec, ActionState.FAILED, ENGINE_ACTOR,
-                              f"gave up after {rec.attempts} attempts: {e}", error=str(e))
-        wait = e.retry_after_s or min(_MAX_BACKOFF_S, self.safety.retry_backoff_s * 2 ** min(rec.attempts - 1, 16))
-        return self._save(rec, f"attempt {rec.attempts} failed ({e}); retry in {wait:.0f} s", error=str(e),
-                          result={**rec.result, "retry_at": self.clock() + wait})
+    def maintain(self) -> None:
+        """One pass over every open action: retry, verify, follow up, expire (leader only)."""
+        execution.maintain(self)
 
     def on_command_result(self, action: str, status: str, detail: str = "") -> ActionRecord | None:
         """The node agent's answer to a reset (gpu.events): records it on its action."""
         return resets.on_result(self, action, status, detail)
-
-    # ---- after the fact: retry, verify, follow up, expire -------------------------------------
-
-    def maintain(self) -> None:
-        """One pass over every open action (each tick, and from the scheduler's job); leader only."""
-        if not self.acting:
-            return
-        with self._lock:
-            now = self.clock()
-            # proposals wait for a person: only the expired ones need this pass
-            live = self.store.query(states=_IN_FLIGHT, kinds=_CLUSTER_KINDS, limit=1_000_000)
-            expired = self.store.query(states=[ActionState.PROPOSED], kinds=_CLUSTER_KINDS,
-                                       until=now - self.safety.proposal_ttl_s, limit=1_000_000)
-            for rec in sorted(live + expired, key=lambda r: r.created_at):
-                try:
-                    if rec.state is ActionState.PROPOSED:
-                        if now - rec.created_at > self.safety.proposal_ttl_s:
-                            self._move(rec, ActionState.CANCELLED, ENGINE_ACTOR,
-                                       f"expired: nobody approved it within {self.safety.proposal_ttl_s:.0f} s")
-                            self._unhold(rec.node)
-                    elif rec.state is ActionState.APPROVED:
-                        if rec.kind.holds_node:
-                            self.holds[rec.node] = rec
-                        self._execute(rec)             # approved on another replica, or before a crash
-                    elif rec.state is ActionState.EXECUTING:
-                        self._reconcile_executing(rec, restart=False)
-                    elif rec.state is ActionState.SUCCEEDED:
-                        self._verify(rec)
-                except AdapterError as e:
-                    log.warning("%s %s on %s: %s (next pass retries)", rec.id, rec.kind.value, rec.node, e)
-
-    def _reconcile_executing(self, rec: ActionRecord, restart: bool) -> int:
-        now = self.clock()
-        if rec.result.get("awaiting"):
-            return resets.expire(self, rec, now)
-        if not restart and now < float(rec.result.get("retry_at") or 0.0):
-            return 0
-        adapter = self._adapter(not rec.dry_run)
-        st = adapter.status(rec.node)
-        if _done(rec.kind, st):
-            why = "reconciled: the cluster shows it done" + (" (after a restart)" if restart else "")
-            if rec.kind is ActionKind.RESET:
-                return 0 if not restart else self._restart_reset(rec)
-            self._move(rec, ActionState.SUCCEEDED, ENGINE_ACTOR, why)
-            if rec.kind is ActionKind.RESUME:
-                self.holds.pop(rec.node, None)
-                self._unhold(rec.node)
-            return 1
-        if now - rec.incident_ts > self.safety.freshness_s and restart:
-            self._unhold(rec.node)
-            self._move(rec, ActionState.FAILED, ENGINE_ACTOR, "not repeated after a restart: the decision is stale",
-                       error="stale after restart")
-            return 1
-        rec = self._save(rec, "attempt again" + (" after a restart" if restart else ""), attempts=rec.attempts + 1)
-        self._call(rec)
-        return 1
-
-    def _restart_reset(self, rec: ActionRecord) -> int:
-        # drained, but was the command sent? Without a record of it, sending once is safe: the
-        # agent refuses a busy GPU and a command id it has already executed
-        self._call(rec)
-        return 1
-
-    def _verify(self, rec: ActionRecord) -> None:
-        adapter = self._adapter(not rec.dry_run)
-        st = adapter.status(rec.node)
-        if rec.kind is ActionKind.DRAIN_RESET and rec.result.get("follow_up_state") is None:
-            if _done(rec.kind, st) and st.idle:
-                resets.follow_up(self, rec)
-            return
-        if _done(rec.kind, st):
-            self._move(rec, ActionState.VERIFIED, ENGINE_ACTOR, f"verified: {st.raw_state or 'as expected'}")
 
     # ---- people (remediation/people.py) -------------------------------------------------------
 
@@ -675,16 +544,3 @@ def _named(verdict: Verdict, status: NodeStatus | None) -> Verdict:
         return Verdict(verdict.outcome, "not_ours",
                        f"{verdict.why} (reason {status.reason!r}: only its owner returns it to service)")
     return verdict
-
-
-def _done(kind: ActionKind, st: NodeStatus) -> bool:
-    """Whether the node's real state shows *kind* carried out."""
-    if not st.exists:
-        return False
-    if kind is ActionKind.RESUME:
-        return not st.drained
-    if kind is ActionKind.REBOOT:
-        return not st.rebooting and not st.down
-    if kind is ActionKind.DRAIN_REBOOT:
-        return st.rebooting or (st.drained and st.ours)
-    return st.drained and st.ours

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import execution
 from .actions import ActionKind, ActionRecord, ActionState, action_id
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def request(engine: Engine, kind: ActionKind, node: str, reason: str, actor: str
             engine.holds[node] = rec
             engine._remember(rec, automatic=False)
         rec = engine._move(rec, ActionState.APPROVED, actor, "operator request")
-        return engine._execute(rec)
+        return execution.execute(engine, rec)
 
 
 def _refusal(engine: Engine, rec: ActionRecord, force: bool, now: float) -> str:
@@ -86,7 +87,7 @@ def approve(engine: Engine, aid: str, actor: str, note: str) -> ActionRecord:
         rec = engine._move(rec, ActionState.APPROVED, actor, (note or "approved") + override)
         if rec.kind.holds_node:
             engine.holds[rec.node] = rec
-        return engine._execute(rec)
+        return execution.execute(engine, rec)
 
 
 def close(engine: Engine, aid: str, to: ActionState, actor: str, note: str) -> ActionRecord:
