@@ -42,7 +42,7 @@ from .config import PolicyConfig
 from .facility import FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .resets import CommandChannel
-from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
+from .safety import Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate, named
 from .silences import Silence, SilenceBook, first_match
 from .store import ActionStore, NodeScoreRow
 
@@ -396,7 +396,7 @@ class Engine:
         elif facility is not None:
             verdict = facility.member_verdict()
         else:
-            verdict = _named(gate(rec.kind, rec.node, rec.incident_ts, snap, self.safety,
+            verdict = named(gate(rec.kind, rec.node, rec.incident_ts, snap, self.safety,
                                   maintenance=bool(status and status.maintenance),
                                   not_ours=bool(status and status.drained and not status.ours
                                                 and rec.kind.holds_node)), status)
@@ -525,22 +525,3 @@ class Engine:
                 "silences": [s.id for s in self.silences.active(self.clock())],
                 "facility_events": [ev.summary() for ev in self.facility.events.values()],
                 "safety": self.safety.model_dump(mode="json")}
-
-
-def _named(verdict: Verdict, status: NodeStatus | None) -> Verdict:
-    """The gate's verdict with the scheduler's own words: which MAINT reservation, whose drain."""
-    if status is None:
-        return verdict
-    if verdict.blocked_by == "maintenance":
-        resv = status.extra.get("maintenance_reservation")
-        if resv:
-            return Verdict(verdict.outcome, f"maintenance:{resv}",
-                           f"the node is in the Slurm maintenance reservation {resv} (Flags=MAINT)")
-        until = status.extra.get("maintenance_until")
-        if until:
-            return Verdict(verdict.outcome, "maintenance",
-                           f"the node is annotated gpuops.io/maintenance-until={until}")
-    if verdict.blocked_by == "not_ours" and status.reason:
-        return Verdict(verdict.outcome, "not_ours",
-                       f"{verdict.why} (reason {status.reason!r}: only its owner returns it to service)")
-    return verdict
