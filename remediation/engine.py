@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
 from collector.schema import Action, FaultClass, FollowUp, Grade
@@ -42,6 +42,7 @@ from .config import PolicyConfig
 from .facility import FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .resets import CommandChannel
+from .recent import RecentActions
 from .safety import Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate, named
 from .silences import Silence, SilenceBook, first_match
 from .store import ActionStore, NodeScoreRow
@@ -62,16 +63,6 @@ def kind_of(d: Decision) -> ActionKind:
         return ActionKind.DRAIN
     return {Action.RESET: ActionKind.RESET, Action.REQUEUE: ActionKind.REQUEUE,
             Action.RESUME: ActionKind.RESUME, Action.ALERT: ActionKind.ALERT}[d.action]
-
-
-@dataclass(frozen=True)
-class _Past:
-    """One earlier action, as the safety limits need it."""
-
-    node: str
-    kind: ActionKind
-    created_at: float
-    automatic: bool
 
 
 class Engine:
@@ -100,7 +91,8 @@ class Engine:
         self._lock = threading.RLock()
         #: node -> the action that holds it out of service (open or verified, not yet resumed)
         self.holds: dict[str, ActionRecord] = {}
-        self._past: list[_Past] = []
+        #: gpuops' recent actions (and facility members) as the safety limits count them
+        self.recent = RecentActions()
         self._fleet_size = 0
         self.counts: dict[str, int] = {}
         #: the policy's decisions of the last tick (replay reports them beside the records)
@@ -109,8 +101,6 @@ class Engine:
         self.facility = FacilityTracker(window_s=self.safety.facility_window_s,
                                         min_nodes=self.safety.facility_min_nodes,
                                         fraction=self.safety.facility_fraction)
-        #: facility-event members (node, telemetry time): the breaker counts them like actions
-        self._facility_past: list[tuple[str, float]] = []
 
     # ---- run-time switches (in the store: shared, audited, survive restarts) --------------
 
@@ -173,8 +163,7 @@ class Engine:
         now = self.clock()
         recs = self.store.query(since=now - HISTORY_S, limit=1_000_000)
         recs.sort(key=lambda r: r.created_at)
-        self._past = [_Past(r.node, r.kind, r.created_at, r.actor == ENGINE_ACTOR) for r in recs
-                      if r.kind.touches_cluster and r.state not in (ActionState.REJECTED, ActionState.CANCELLED)]
+        self.recent.load(recs)
         self.holds = {}
         for r in recs:
             if r.state in (ActionState.REJECTED, ActionState.CANCELLED, ActionState.FAILED):
@@ -317,8 +306,7 @@ class Engine:
             return {}
         now = max(o.ts for o, _ in onsets)
         events = self.facility.observe(now, onsets, self.view.group_sizes(self._fleet_size))
-        self._facility_past.extend((node, now) for node, _ in events)
-        self._facility_past = [(n, t) for n, t in self._facility_past if now - t < self.safety.breaker_window_s]
+        self.recent.add_facility_members((node for node, _ in events), now, self.safety.breaker_window_s)
         return events
 
     def _record(self, d: Decision, now: float, armed: bool, evidence: dict[str, Any]) -> ActionRecord:
@@ -332,36 +320,22 @@ class Engine:
             dry_run=not armed, adapter=self.adapter.name if armed else self.dry.name)
 
     def _snapshot(self, now: float) -> Snapshot:
-        cfg = self.safety
-        auto = [p for p in self._past if p.automatic]
-        last: dict[str, float] = {}
-        lemons: dict[str, int] = {}
-        for p in auto:
-            if p.kind is ActionKind.RESUME:
-                continue
-            last[p.node] = max(last.get(p.node, 0.0), p.created_at)
-            if now - p.created_at < cfg.lemon_window_s and p.kind.holds_node:
-                lemons[p.node] = lemons.get(p.node, 0) + 1
         breaker = self.breaker
-        return Snapshot(
-            now=now, fleet_size=max(self._fleet_size, len(self.view.partitions)), held=set(self.holds),
-            partition_of=self.view.partitions, partition_size=self.view.partition_sizes(),
-            actions_in_window=sum(1 for p in auto if p.kind.holds_node and now - p.created_at < cfg.action_window_s),
-            last_action_at=last, recent_holds=lemons, paused=self.paused, breaker_open=bool(breaker.get("open")))
+        return self.recent.snapshot(
+            now, self.safety, fleet_size=max(self._fleet_size, len(self.view.partitions)), held=set(self.holds),
+            partition_of=self.view.partitions, partition_size=self.view.partition_sizes(), paused=self.paused,
+            breaker_open=bool(breaker.get("open")))
 
     def _check_breaker(self, decisions: list[Decision], snap: Snapshot) -> None:
         if snap.breaker_open:
             return
-        cfg = self.safety
         acting = {d.node for d in decisions if kind_of(d).holds_node}
         if not acting:
             return
-        recent = {p.node for p in self._past
-                  if p.automatic and p.kind.holds_node and snap.now - p.created_at < cfg.breaker_window_s}
-        recent |= {n for n, _ in self._facility_past}     # a facility event's members count, though not drained
-        limit = breaker_limit(cfg, snap.fleet_size)
-        if len(recent | acting) > limit:
-            self._open_breaker(len(recent | acting), limit)
+        nodes = self.recent.breaker_nodes(acting, snap.now, self.safety)
+        limit = breaker_limit(self.safety, snap.fleet_size)
+        if nodes > limit:
+            self._open_breaker(nodes, limit)
             snap.breaker_open = True
 
     def _admit(self, rec: ActionRecord, snap: Snapshot, active: Sequence[Silence] = (),
@@ -409,7 +383,7 @@ class Engine:
             snap.held.add(rec.node)
             snap.actions_in_window += verdict.outcome is Outcome.GO
             snap.last_action_at[rec.node] = snap.now
-            self._remember(rec, automatic=True)
+            self.recent.add(rec, automatic=True)
         if verdict.outcome is Outcome.NO:
             rec = self._move(rec, ActionState.REJECTED, ENGINE_ACTOR, f"{verdict.blocked_by}: {verdict.why}")
             cause = (verdict.blocked_by or "").split(":")[0]
@@ -510,10 +484,6 @@ class Engine:
             nodes = dict(self.state.nodes)
             nodes[node] = replace(ns, held_since=None, held_grade=None, held_fault=None, healthy_since=None)
             self.state = replace(self.state, nodes=nodes)
-
-    def _remember(self, rec: ActionRecord, automatic: bool) -> None:
-        """An action that takes a node out, for the safety limits' history (cooldowns, lemons, the breaker)."""
-        self._past.append(_Past(rec.node, rec.kind, rec.created_at, automatic))
 
     def _count(self, key: str) -> None:
         self.counts[key] = self.counts.get(key, 0) + 1

@@ -48,7 +48,7 @@ def request(engine: Engine, kind: ActionKind, node: str, reason: str, actor: str
             return engine._move(rec, ActionState.REJECTED, actor, why, blocked_by="operator_check")
         if kind.holds_node:
             engine.holds[node] = rec
-            engine._remember(rec, automatic=False)
+            engine.recent.add(rec, automatic=False)
         rec = engine._move(rec, ActionState.APPROVED, actor, "operator request")
         return execution.execute(engine, rec)
 
