@@ -29,11 +29,11 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
-from collector.schema import Action, FaultClass, FollowUp, Grade
+from collector.schema import Action, FollowUp
 from models.base import CLASSES
 from models.node_scores import NodeScores
 
-from . import execution, people, resets
+from . import execution, people, recovery, resets
 from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id
 from .adapters.base import Adapter, AdapterError, NodeStatus
 from .adapters.dryrun import DryRunAdapter
@@ -49,8 +49,6 @@ from .store import ActionStore, NodeScoreRow
 
 log = logging.getLogger(__name__)
 
-#: how far back the engine reads its own history at start (holds, lemons, cooldowns), s
-HISTORY_S = 30 * 86400.0
 
 
 def kind_of(d: Decision) -> ActionKind:
@@ -149,51 +147,15 @@ class Engine:
 
     def start(self) -> None:
         """After a (re)start: load history, reconcile in-flight actions, rebuild the policy state."""
-        with self._lock:
-            self._load_history()
-            self.reconcile()
-            self.state = self.rebuild_state()
-            if self._adapter(self.armed) is not self.adapter:
-                try:                         # disarmed: the real scheduler's view (groups, maintenance) all the same
-                    self.refresh_view()
-                except AdapterError as e:
-                    log.warning("cannot list the scheduler's nodes at start (%s); the maintenance_view job retries", e)
-
-    def _load_history(self) -> None:
-        now = self.clock()
-        recs = self.store.query(since=now - HISTORY_S, limit=1_000_000)
-        recs.sort(key=lambda r: r.created_at)
-        self.recent.load(recs)
-        self.holds = {}
-        for r in recs:
-            if r.state in (ActionState.REJECTED, ActionState.CANCELLED, ActionState.FAILED):
-                continue
-            if r.kind is ActionKind.RESUME and r.state in (ActionState.SUCCEEDED, ActionState.VERIFIED):
-                self.holds.pop(r.node, None)
-            elif r.kind.holds_node:
-                self.holds[r.node] = r
+        recovery.start(self)
 
     def rebuild_state(self) -> PolicyState:
         """The policy's memory from the store's holds and the scheduler's gpuops-owned drains."""
-        nodes: dict[str, NodeState] = {}
-        for name, r in self.holds.items():
-            nodes[name] = NodeState(held_since=r.incident_ts,
-                                    held_grade=Grade(r.grade) if r.grade else Grade.CERTAIN,
-                                    held_fault=FaultClass(r.fault) if r.fault in FaultClass._value2member_map_ else None)
-        try:
-            listed = self._adapter(self.armed).list_nodes()
-        except AdapterError as e:
-            log.warning("cannot list the scheduler's nodes to rebuild state (%s); using the store alone", e)
-            listed = []
-        now = self.clock()
-        self.view.update(listed)
-        for st in listed:
-            if st.drained and st.ours and st.name not in nodes:
-                # drained by gpuops but unknown to this store (a lost store, another installation):
-                # held, so that the policy's verification decides when it goes back
-                log.warning("%s: drained by gpuops (%r) without a record here: held until verified", st.name, st.reason)
-                nodes[st.name] = NodeState(held_since=now, held_grade=Grade.CERTAIN)
-        return PolicyState(nodes=nodes)
+        return recovery.rebuild_state(self)
+
+    def reconcile(self) -> int:
+        """Bring every in-flight action in line with the cluster; returns how many it moved."""
+        return recovery.reconcile(self)
 
     def refresh_view(self) -> int:
         """Re-read the scheduler's nodes: partitions, labels and declared maintenance (the
@@ -216,17 +178,6 @@ class Engine:
     def under_maintenance(self) -> list[str]:
         """The nodes the last view showed under declared maintenance or drained by someone else."""
         return self.view.under_maintenance()
-
-    def reconcile(self) -> int:
-        """Bring every in-flight action in line with the cluster; returns how many it moved."""
-        moved = 0
-        for rec in self.store.open_actions():
-            if rec.state is ActionState.EXECUTING:
-                moved += execution.reconcile_executing(self, rec, restart=True)
-            elif rec.state is ActionState.APPROVED:
-                moved += 1
-                execution.execute(self, rec)
-        return moved
 
     # ---- one tick ---------------------------------------------------------------------------
 
@@ -420,10 +371,7 @@ class Engine:
             return
         nodes = dict(self.state.nodes)
         ns = nodes.get(node) or NodeState()
-        nodes[node] = replace(ns, held_since=hold.incident_ts,
-                              held_grade=Grade(hold.grade) if hold.grade else Grade.CERTAIN,
-                              held_fault=FaultClass(hold.fault) if hold.fault in FaultClass._value2member_map_ else None,
-                              healthy_since=None)
+        nodes[node] = replace(ns, **recovery.held_fields(hold), healthy_since=None)
         self.state = replace(self.state, nodes=nodes)
 
     def _status(self, rec: ActionRecord) -> NodeStatus | None:
