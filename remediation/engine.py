@@ -19,6 +19,15 @@ store and from the scheduler's own view of gpuops-owned drains.
 Run-time switches (armed, paused, the breaker) live in the store, so they survive restarts
 and every replica sees the same; each change is audited with its actor. Time comes from an
 injected clock (wall seconds); replay passes one that returns telemetry time.
+
+This module is the tick's core — decide, gate, persist — and the state every step shares
+(the holds, the policy's memory, a record's moves, the counters). The rest of an action's
+life sits beside it, each module taking the engine and using that bookkeeping:
+:mod:`~remediation.execution` (carry out, retry, verify, follow up, expire),
+:mod:`~remediation.resets` (GPU resets through the node agent), :mod:`~remediation.people`
+(an operator's request, approve, reject, cancel), :mod:`~remediation.recovery` (after a
+restart), :mod:`~remediation.recent` (what the safety limits count) and
+:mod:`~remediation.cluster_view` (the scheduler's nodes). Callers use :class:`Engine` alone.
 """
 
 from __future__ import annotations
@@ -41,14 +50,13 @@ from .cluster_view import ClusterView
 from .config import PolicyConfig
 from .facility import FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
-from .resets import CommandChannel
 from .recent import RecentActions
+from .resets import CommandChannel
 from .safety import Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate, named
 from .silences import Silence, SilenceBook, first_match
 from .store import ActionStore, NodeScoreRow
 
 log = logging.getLogger(__name__)
-
 
 
 def kind_of(d: Decision) -> ActionKind:
@@ -143,7 +151,7 @@ class Engine:
         self._count("breaker_opened")
         log.error("circuit breaker OPEN: %s; automation stops until a person closes it", why)
 
-    # ---- start-up ---------------------------------------------------------------------------
+    # ---- start-up (remediation/recovery.py) and the scheduler's view --------------------------
 
     def start(self) -> None:
         """After a (re)start: load history, reconcile in-flight actions, rebuild the policy state."""
@@ -322,9 +330,9 @@ class Engine:
             verdict = facility.member_verdict()
         else:
             verdict = named(gate(rec.kind, rec.node, rec.incident_ts, snap, self.safety,
-                                  maintenance=bool(status and status.maintenance),
-                                  not_ours=bool(status and status.drained and not status.ours
-                                                and rec.kind.holds_node)), status)
+                                 maintenance=bool(status and status.maintenance),
+                                 not_ours=bool(status and status.drained and not status.ours
+                                               and rec.kind.holds_node)), status)
         rec = replace(rec, blocked_by=verdict.blocked_by)
         if not self.store.insert(rec, note=verdict.why or "proposed by the policy"):
             self._count("duplicate")
