@@ -24,13 +24,19 @@ An event stays open while its members keep showing the fault, and closes
 ``facility_window_s`` after the last one: a power brake that lasts ten minutes is still
 one event, and a member that shows it again later is folded in, not drained.
 
-Pure bookkeeping (no clock, no I/O): times come in with each call.
+Pure bookkeeping (no clock, no I/O): times come in with each call. An event also says what
+the engine records for it — its one grouped alert (:meth:`FacilityEvent.alert`) and the
+verdict that blocks each member (:meth:`FacilityEvent.member_verdict`) — so the engine only
+feeds onsets in and writes what comes out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id
+from .safety import Outcome, Verdict
 
 #: the group of a node with no group information at all
 FLEET = "fleet"
@@ -79,6 +85,25 @@ class FacilityEvent:
     def describe(self) -> str:
         return (f"facility event: {len(self.members)} nodes of {self.group} show {self.fault} at once "
                 f"({', '.join(sorted(self.members))}); one alert for the group, no drains")
+
+    def alert(self, now: float, *, dry_run: bool, adapter: str) -> ActionRecord:
+        """The event's one alert: its node is ``facility:<group>``, its reason names the members.
+        Its id comes from the group, fault and start, so the event alerts once however long it lasts."""
+        return ActionRecord(
+            id=action_id(self.name, ActionKind.ALERT, None, self.fault, self.start), node=self.name,
+            kind=ActionKind.ALERT, state=ActionState.PROPOSED, reason=self.describe(), actor=ENGINE_ACTOR,
+            incident_ts=self.start, created_at=now, updated_at=now, fault=self.fault, source="facility",
+            evidence={"group": self.group, "members": sorted(self.members)}, dry_run=dry_run, adapter=adapter)
+
+    def member_verdict(self) -> Verdict:
+        """Why a member's own action is not carried out: ``blocked_by="facility:<group>"``."""
+        return Verdict(Outcome.NO, self.name, f"one of {len(self.members)} nodes of {self.group} "
+                       f"showing {self.fault} at once: a facility event, alerted for the group")
+
+    def summary(self) -> dict[str, Any]:
+        """The event as the engine's status shows it."""
+        return {"group": self.group, "fault": self.fault, "start": self.start, "last": self.last,
+                "members": sorted(self.members)}
 
 
 class FacilityTracker:

@@ -4,7 +4,8 @@ The policy decides what *should* happen to a node; this module decides whether g
 may do it *now*, from a :class:`Snapshot` of what the engine has already done. It is a
 pure function (no clock, no I/O): :func:`gate` returns a :class:`Verdict` saying go, wait
 for a person, or no — and why. The engine records every verdict on the action itself
-(``blocked_by``), so the audit trail says which limit held an action back.
+(``blocked_by``), so the audit trail says which limit held an action back; :func:`named`
+puts the scheduler's own words in it where it has them (which MAINT reservation, whose drain).
 
 Checks, in order (the first that applies wins):
 
@@ -38,6 +39,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from .actions import ActionKind
+from .adapters.base import NodeStatus
 from .config import load_yaml_model
 
 
@@ -214,3 +216,22 @@ def gate(kind: ActionKind, node: str, incident_ts: float, snap: Snapshot, cfg: S
     if kind in cfg.require_approval:
         return Verdict(Outcome.PERSON, "approval", f"{kind.value} needs a person's approval (require_approval)")
     return GO
+
+
+def named(verdict: Verdict, status: NodeStatus | None) -> Verdict:
+    """The gate's verdict with the scheduler's own words: which MAINT reservation, whose drain."""
+    if status is None:
+        return verdict
+    if verdict.blocked_by == "maintenance":
+        resv = status.extra.get("maintenance_reservation")
+        if resv:
+            return Verdict(verdict.outcome, f"maintenance:{resv}",
+                           f"the node is in the Slurm maintenance reservation {resv} (Flags=MAINT)")
+        until = status.extra.get("maintenance_until")
+        if until:
+            return Verdict(verdict.outcome, "maintenance",
+                           f"the node is annotated gpuops.io/maintenance-until={until}")
+    if verdict.blocked_by == "not_ours" and status.reason:
+        return Verdict(verdict.outcome, "not_ours",
+                       f"{verdict.why} (reason {status.reason!r}: only its owner returns it to service)")
+    return verdict

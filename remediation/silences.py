@@ -22,13 +22,18 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from collector.operator_events import OperatorEventError, maintenance_window
+
 from .actions import ActionKind
 from .adapters.base import NodeStatus, PermanentAdapterError, validate_node_name
 from .store import ActionStore
+
+log = logging.getLogger(__name__)
 
 #: a silence's default upper bound on its length, s (7 days; SafetyConfig.max_silence_s sets it)
 DEFAULT_MAX_SILENCE_S = 7 * 86400.0
@@ -216,6 +221,26 @@ class SilenceBook:
             self.store.delete_silence(silence_id, self.clock(), actor, note or "deleted")
             got = self.get(silence_id) or got
         return got
+
+    def from_operator_event(self, event: Mapping[str, Any]) -> Silence | None:
+        """An operator maintenance event (collector/operator_events.py) as a silence of actions
+        on its nodes for its window (alerts still show what gpuops saw). The silence's id is
+        deterministic, so the same event on every replica, or replayed, is one silence. Any
+        other event: ``None``. A malformed or refused window is logged, not raised."""
+        try:
+            window = maintenance_window(event)
+        except OperatorEventError as e:
+            log.warning("operator event ignored: %s", e)
+            return None
+        if window is None:
+            return None
+        author = "operator:" + (window.author or "event")
+        try:
+            return self.create(author=author, reason=f"maintenance event: {window.reason}", nodes=window.nodes,
+                               mutes=Mutes.ACTIONS, starts_at=window.start, ends_at=window.end)
+        except SilenceError as e:
+            log.warning("operator maintenance event on %s not turned into a silence: %s", ", ".join(window.nodes), e)
+            return None
 
     def get(self, silence_id: str) -> Silence | None:
         rows = self.store.silence_rows(silence_id=silence_id)

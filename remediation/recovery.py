@@ -1,0 +1,99 @@
+"""After a crash or restart: what the engine rebuilds before it decides anything.
+
+The store is the engine's memory; nothing in the process survives a restart. So
+:func:`start` reads the last :data:`HISTORY_S` of actions back — which nodes gpuops holds,
+and its recent actions for the safety limits — then :func:`reconcile` checks every action
+left in flight against the cluster's real state: ``executing`` and done there → succeeded,
+not repeated; not done and still fresh → carried out once more (adapters are idempotent);
+stale → failed for a person; ``approved`` → carried out. Last, :func:`rebuild_state` gives
+the policy its memory of held nodes, from the store and from the scheduler's own view of
+gpuops-owned drains (a drain gpuops made but this store has no record of stays held until
+verification lets it go). Kept apart from the tick loop because it runs once, under the
+engine's lock, before the first tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Iterable
+
+from collector.schema import FaultClass, Grade
+
+from . import execution
+from .actions import ActionKind, ActionRecord, ActionState
+from .adapters.base import AdapterError
+from .policy import NodeState, PolicyState
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+#: how far back the engine reads its own history at start (holds, lemons, cooldowns), s
+HISTORY_S = 30 * 86400.0
+
+
+def start(engine: Engine) -> None:
+    """Load history, reconcile in-flight actions, rebuild the policy state (and, disarmed, the view)."""
+    with engine._lock:
+        recs = engine.store.query(since=engine.clock() - HISTORY_S, limit=1_000_000)
+        recs.sort(key=lambda r: r.created_at)
+        engine.recent.load(recs)
+        engine.holds = holds_of(recs)
+        reconcile(engine)
+        engine.state = rebuild_state(engine)
+        if engine._adapter(engine.armed) is not engine.adapter:
+            try:                         # disarmed: the real scheduler's view (groups, maintenance) all the same
+                engine.refresh_view()
+            except AdapterError as e:
+                log.warning("cannot list the scheduler's nodes at start (%s); the maintenance_view job retries", e)
+
+
+def holds_of(recs: Iterable[ActionRecord]) -> dict[str, ActionRecord]:
+    """node -> the action that holds it out of service, from its records oldest first."""
+    holds: dict[str, ActionRecord] = {}
+    for r in recs:
+        if r.state in (ActionState.REJECTED, ActionState.CANCELLED, ActionState.FAILED):
+            continue
+        if r.kind is ActionKind.RESUME and r.state in (ActionState.SUCCEEDED, ActionState.VERIFIED):
+            holds.pop(r.node, None)
+        elif r.kind.holds_node:
+            holds[r.node] = r
+    return holds
+
+
+def held_fields(hold: ActionRecord) -> dict[str, Any]:
+    """The policy's memory of a node *hold* keeps out: since when, at which grade, for which fault."""
+    return {"held_since": hold.incident_ts, "held_grade": Grade(hold.grade) if hold.grade else Grade.CERTAIN,
+            "held_fault": FaultClass(hold.fault) if hold.fault in FaultClass._value2member_map_ else None}
+
+
+def rebuild_state(engine: Engine) -> PolicyState:
+    """The policy's memory from the store's holds and the scheduler's gpuops-owned drains."""
+    nodes = {name: NodeState(**held_fields(r)) for name, r in engine.holds.items()}
+    try:
+        listed = engine._adapter(engine.armed).list_nodes()
+    except AdapterError as e:
+        log.warning("cannot list the scheduler's nodes to rebuild state (%s); using the store alone", e)
+        listed = []
+    now = engine.clock()
+    engine.view.update(listed)
+    for st in listed:
+        if st.drained and st.ours and st.name not in nodes:
+            # drained by gpuops but unknown to this store (a lost store, another installation):
+            # held, so that the policy's verification decides when it goes back
+            log.warning("%s: drained by gpuops (%r) without a record here: held until verified", st.name, st.reason)
+            nodes[st.name] = NodeState(held_since=now, held_grade=Grade.CERTAIN)
+    return PolicyState(nodes=nodes)
+
+
+def reconcile(engine: Engine) -> int:
+    """Bring every in-flight action in line with the cluster; returns how many it moved."""
+    moved = 0
+    for rec in engine.store.open_actions():
+        if rec.state is ActionState.EXECUTING:
+            moved += execution.reconcile_executing(engine, rec, restart=True)
+        elif rec.state is ActionState.APPROVED:
+            moved += 1
+            execution.execute(engine, rec)
+    return moved
