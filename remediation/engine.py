@@ -178,7 +178,7 @@ class Engine:
     def node_statuses(self) -> dict[str, NodeStatus]:
         """Each node as the scheduler last listed it (labels for silence selectors), a copy."""
         with self._lock:
-            return dict(self._known)
+            return dict(self.view.known)
 
     def on_operator_event(self, event: dict[str, Any]) -> Silence | None:
         """An operator maintenance event becomes a silence of actions on its nodes for its
