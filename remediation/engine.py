@@ -41,7 +41,8 @@ from .config import PolicyConfig
 from .facility import FLEET, FacilityEvent, FacilityTracker, NodeGroups, Onset
 from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .safety import GO, Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate
-from .silences import Mutes, Silence, SilenceBook, SilenceError, first_match
+from .silences import (MAINTENANCE_EVENT_REASON, OPERATOR_AUTHOR, Mutes, Silence, SilenceBook, SilenceError,
+                       first_match)
 from .store import ActionStore, NodeScoreRow
 
 log = logging.getLogger(__name__)
@@ -241,9 +242,9 @@ class Engine:
             return None
         if window is None:
             return None
-        author = "operator:" + (window.author or "event")
+        author = OPERATOR_AUTHOR + (window.author or "event")
         try:
-            sil = self.silences.create(author=author, reason=f"maintenance event: {window.reason}",
+            sil = self.silences.create(author=author, reason=MAINTENANCE_EVENT_REASON + window.reason,
                                        nodes=window.nodes, mutes=Mutes.ACTIONS, starts_at=window.start,
                                        ends_at=window.end)
         except SilenceError as e:
@@ -418,14 +419,15 @@ class Engine:
         """Gate one new record, persist it, and execute it if it may go now.
 
         A silence in force that mutes the record's kind comes first: the record is written
-        rejected with ``blocked_by="silence:<id>"``. Then the safety gate; a Slurm MAINT
+        rejected with ``blocked_by="silence:<id>"`` (``maintenance:<id>`` for a silence made from an
+        operator maintenance event). Then the safety gate; a Slurm MAINT
         reservation is named in ``blocked_by`` (``maintenance:<reservation>``). A member of a
         facility event (*facility*) is rejected with ``blocked_by="facility:<group>"``.
         """
         if rec.kind is ActionKind.ALERT:
             sil = first_match(active, rec.node, self._known.get(rec.node), rec.kind)
             if sil is not None:
-                rec = replace(rec, state=ActionState.REJECTED, blocked_by=f"silence:{sil.id}")
+                rec = replace(rec, state=ActionState.REJECTED, blocked_by=f"{sil.cause}:{sil.id}")
                 if self.store.insert(rec, note=f"muted by {sil.describe()}"):
                     self._count("rejected_silence")
                     return rec
@@ -441,7 +443,7 @@ class Engine:
         status = self._status(rec)
         sil = first_match(active, rec.node, status or self._known.get(rec.node), rec.kind)
         if sil is not None:
-            verdict = Verdict(Outcome.NO, f"silence:{sil.id}", f"muted by {sil.describe()}")
+            verdict = Verdict(Outcome.NO, f"{sil.cause}:{sil.id}", f"muted by {sil.describe()}")
         elif facility is not None:
             verdict = Verdict(Outcome.NO, facility.name, f"one of {len(facility.members)} nodes of {facility.group} "
                               f"showing {facility.fault} at once: a facility event, alerted for the group")

@@ -4,7 +4,8 @@ A :class:`Silence` names a scope — nodes by name, a label selector, or the who
 what it mutes (``actions``, ``alerts`` or ``both``) from ``starts_at`` until a required
 ``ends_at``, with an author and a reason (Alertmanager's silences are the model). While one
 is in force the engine records every decision it mutes as rejected with
-``blocked_by="silence:<id>"`` instead of carrying it out, and a node gpuops holds is not
+``blocked_by="silence:<id>"`` (``maintenance:<id>`` for one made from an operator
+maintenance event, :attr:`Silence.cause`) instead of carrying it out, and a node gpuops holds is not
 resumed (it goes back through the verification window once the silence ends).
 
 Selectors match labels the scheduler reports (:func:`labels_of`): ``partition`` (a Slurm
@@ -34,6 +35,10 @@ from .store import ActionStore
 DEFAULT_MAX_SILENCE_S = 7 * 86400.0
 #: label keys a selector may use
 SELECTOR_KEYS = ("partition", "rack", "pool")
+#: the author prefix and reason prefix of a silence made from an operator maintenance event
+#: (:meth:`remediation.engine.Engine.on_operator_event`)
+OPERATOR_AUTHOR = "operator:"
+MAINTENANCE_EVENT_REASON = "maintenance event: "
 #: how far in the future a silence may start, s (a typo'd start a year out is refused)
 MAX_START_AHEAD_S = 30 * 86400.0
 
@@ -72,6 +77,14 @@ class Silence:
     fleet: bool = False
     deleted_at: float | None = None
     deleted_by: str | None = None
+
+    @property
+    def cause(self) -> str:
+        """What a decision it mutes is counted under (``blocked_by="<cause>:<id>"``): ``maintenance``
+        for a silence made from an operator maintenance event — declared maintenance, like a
+        Slurm MAINT reservation — else ``silence``."""
+        made_from_event = self.author.startswith(OPERATOR_AUTHOR) and self.reason.startswith(MAINTENANCE_EVENT_REASON)
+        return "maintenance" if made_from_event else "silence"
 
     @property
     def scope(self) -> str:
