@@ -27,7 +27,7 @@ from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_even
 
 _THRESHOLDS = {"UpperThresholdNonCritical": "upper_noncritical", "UpperThresholdCritical": "upper_critical",
                "UpperThresholdFatal": "upper_fatal", "LowerThresholdNonCritical": "lower_noncritical",
-               "LowerThresholdCritical": "lower_critical"}
+               "LowerThresholdCritical": "lower_critical", "LowerThresholdFatal": "lower_fatal"}
 
 
 class RedfishPayloadError(TransientSourceError):
