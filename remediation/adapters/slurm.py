@@ -74,6 +74,11 @@ from remediation.adapters.slurm_state import (Facility, SlurmJob, json_errors, j
 
 log = logging.getLogger(__name__)
 
+#: the knobs :meth:`SlurmAdapter.from_config` takes (the table above); the service config checks against it
+SETTINGS = frozenset({"scontrol", "sinfo", "squeue", "slurm_conf", "env", "timeout_s", "retries", "backoff_s",
+                      "requeue_release_timeout_s", "poll_interval_s", "rack_feature_prefix", "topology",
+                      "topology_refresh_s"})
+
 
 class RequeueResult(list[str]):
     """The job ids requeued (a list, as :meth:`Adapter.requeue` returns), plus what was not.
@@ -117,12 +122,9 @@ class SlurmAdapter:
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **injected: Any) -> "SlurmAdapter":
         """An adapter from a settings mapping (the knobs above); ``injected``: sleep, clock."""
-        known = {"scontrol", "sinfo", "squeue", "slurm_conf", "env", "timeout_s", "retries", "backoff_s",
-                 "requeue_release_timeout_s", "poll_interval_s", "rack_feature_prefix", "topology",
-                 "topology_refresh_s"}
-        unknown = set(config) - known
+        unknown = set(config) - SETTINGS
         if unknown:
-            raise ValueError(f"unknown Slurm adapter setting(s) {sorted(unknown)}; valid: {sorted(known)}")
+            raise ValueError(f"unknown Slurm adapter setting(s) {sorted(unknown)}; valid: {sorted(SETTINGS)}")
         return cls(**dict(config), **injected)
 
     # ---- actions --------------------------------------------------------------------
