@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from collector.operator_events import MaintenanceWindow, OperatorEventError, is_operator_maintenance, maintenance_window
+from collector.operator_events import MaintenanceWindow, OperatorEventError, maintenance_window
 from remediation.policy import Action, Decision, PolicyState
 
 log = logging.getLogger(__name__)

@@ -115,7 +115,8 @@ class SlurmAdapter:
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self.requeue_release_timeout_s = requeue_release_timeout_s
         self.poll_interval_s = poll_interval_s
-        self.rack_feature_prefix, self.topology, self.topology_refresh_s = rack_feature_prefix, topology, topology_refresh_s
+        self.rack_feature_prefix, self.topology = rack_feature_prefix, topology
+        self.topology_refresh_s = topology_refresh_s
         self._leaves: tuple[float, dict[str, str]] | None = None   # (read at, node -> leaf)
         self._sleep, self._clock = sleep, clock
 

@@ -63,7 +63,8 @@ def test_a_link_fault_inside_a_maintenance_window_gives_no_action_in_a_policy_re
     assert [(d.action.value, d.fault.value) for d in _acting(base.decisions, node)][:1] == [("drain", "ib_link")]
     assert base.stats["suppressed_by_cause"] == {} and base.suppressed == []
     # ... the declared window holds that back, on the model path and the rules-only baseline alike
-    assert _acting(got.decisions, node, _window(inc)) == [] and _acting(got.baseline_decisions, node, _window(inc)) == []
+    inside = _window(inc)
+    assert _acting(got.decisions, node, inside) == [] and _acting(got.baseline_decisions, node, inside) == []
     # and once it has ended, the link still down, gpuops acts: the window let go of the node
     assert _acting(got.decisions, node)[0].ts >= _window(inc)[1]
     assert got.suppressed and {(s.decision.node, s.cause) for s in got.suppressed} == {(node, "maintenance")}

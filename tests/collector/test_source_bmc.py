@@ -199,7 +199,8 @@ def test_redfish_fans_carry_their_reading_and_fatal_threshold_and_a_chassis_with
 #: a Chassis Power resource shaped after DMTF's public Redfish mockups (sushy --fake serves none)
 POWER = {"@odata.id": "/redfish/v1/Chassis/1U/Power", "Id": "Power",
          "PowerControl": [{"MemberId": "0", "Name": "System Power Control", "PowerConsumedWatts": 344,
-                           "PowerCapacityWatts": 800, "PowerLimit": {"LimitInWatts": 500, "LimitException": "LogEventOnly"},
+                           "PowerCapacityWatts": 800,
+                           "PowerLimit": {"LimitInWatts": 500, "LimitException": "LogEventOnly"},
                            "Status": {"State": "Enabled", "Health": "OK"}}],
          "PowerSupplies": [{"MemberId": "0", "Name": "Power Supply Bay 1", "LastPowerOutputWatts": 325,
                             "Status": {"State": "Enabled", "Health": "Warning"}},
@@ -208,7 +209,8 @@ POWER = {"@odata.id": "/redfish/v1/Chassis/1U/Power", "Id": "Power",
 
 def test_redfish_power_gives_each_psus_health_and_the_consumption_against_the_power_cap() -> None:
     events = {e["sensor"]: e for e in power_events("gpu-node-001", 1.0, "1U", POWER, "http://bmc/Power")}
-    bay1, bay2, ctl = events["1U/Power Supply Bay 1"], events["1U/Power Supply Bay 2"], events["1U/System Power Control"]
+    bay1, bay2 = events["1U/Power Supply Bay 1"], events["1U/Power Supply Bay 2"]
+    ctl = events["1U/System Power Control"]
     assert (bay1["sensor_type"], bay1["value"], bay1["status"]) == ("power_supply", 325.0, "Warning")
     assert (bay2["value"], bay2["status"]) == (None, None)
     assert (ctl["sensor_type"], ctl["value"], ctl["unit"], ctl["upper_critical"]) == ("power", 344.0, "W", 500.0)

@@ -38,7 +38,8 @@ def test_each_node_reports_its_rack_from_features_and_its_leaf_switch_from_the_t
     assert (one.extra.get("rack"), one.extra.get("leaf")) == (None, "leaf-02")
 
 
-def test_nodes_of_one_leaf_switch_with_the_same_fault_give_one_alert_and_no_drains(cluster, slurm_conf, tmp_path) -> None:
+def test_nodes_of_one_leaf_switch_with_the_same_fault_give_one_alert_and_no_drains(cluster, slurm_conf,
+                                                                                   tmp_path) -> None:
     store = ActionStore(f"sqlite:///{tmp_path / 'actions.db'}")
     store.migrate()
     safety = LOOSE.model_copy(update={"armed": True, "facility_min_nodes": 2, "facility_labels": ("leaf",)})

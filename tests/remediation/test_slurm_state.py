@@ -22,8 +22,8 @@ from remediation.adapters.base import (NotOurs, PermanentAdapterError, Transient
                                        UnknownNode, adapter_class)
 from remediation.adapters.slurm import SlurmAdapter
 from remediation.adapters.slurm_errors import SLURM_ERRORS, classify, classify_timeout
-from remediation.adapters.slurm_state import (Facility, expand_hostlist, leaf_switches, rack_of, json_errors, maintenance_nodes,
-                                              parse_jobs, parse_nodes)
+from remediation.adapters.slurm_state import (Facility, expand_hostlist, json_errors, leaf_switches,
+                                              maintenance_nodes, parse_jobs, parse_nodes, rack_of)
 
 DATA = Path(__file__).parent / "data"
 
@@ -270,7 +270,8 @@ def test_node_status_carries_rack_and_leaf_only_when_known(nodes):
                                              Facility({"gpu-node-01": "leaf-01", "gpu-node-02": "leaf-01"}))}
     assert (placed["gpu-node-01"].extra["rack"], placed["gpu-node-01"].extra["leaf"]) == ("r01", "leaf-01")
     assert "rack" not in placed["gpu-node-02"].extra and placed["gpu-node-02"].extra["leaf"] == "leaf-01"
-    assert not {"rack", "leaf"} & set(placed["gpu-node-03"].extra) and not {"rack", "leaf"} & set(nodes["gpu-node-01"].extra)
+    assert not {"rack", "leaf"} & set(placed["gpu-node-03"].extra)
+    assert not {"rack", "leaf"} & set(nodes["gpu-node-01"].extra)                 # no Facility: as before
 
 
 def test_a_cluster_without_a_topology_plugin_lists_nodes_as_before_and_logs_nothing(tmp_path: Path, caplog):
