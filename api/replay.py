@@ -292,6 +292,8 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     m = report.get("metrics")
     s = report["summary"]
     out = {"decisions": len(report["decisions"]), "gpu_samples_per_s": s["gpu_samples_per_s"]}
+    if s.get("suppressed_by_cause"):     # what declared maintenance held back (policy-only path)
+        out["suppressed_by_cause"] = s["suppressed_by_cause"]
     if m:
         for who in ("model", "rules_baseline"):
             x = m[who]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from api.commands.replay import engine_summary
-from api.replay import Replayer, build_report, dry_run_engine
+from api.replay import Replayer, build_report, dry_run_engine, headline
 from collector.operator_events import maintenance_event
 from collector.schema import FaultClass
 from collector.simulator import SimConfig, simulate_recording
@@ -25,6 +25,7 @@ from remediation.actions import ActionKind, ActionState
 from remediation.config import PolicyConfig
 from remediation.safety import SafetyConfig
 
+REPO = Path(__file__).resolve().parents[2]
 SIM = SimConfig(nodes=4, hours=4, seed=7, rate_multiplier=3000, mix={FaultClass.IB_LINK: 1.0})
 
 
@@ -84,6 +85,7 @@ def test_the_replay_report_lists_what_maintenance_held_back(recordings) -> None:
     assert held[0]["window"]["reason"] == "leaf switch firmware upgrade"
     assert report["summary"]["maintenance_windows"] == 1
     assert [e["kind"] for e in report["operator_events"][inc["node"]]] == ["maintenance"]
+    assert headline(report)["suppressed_by_cause"] == {"maintenance": len(held)}
 
 
 @pytest.mark.parametrize("with_window", [False, True])
@@ -104,3 +106,17 @@ def test_the_dry_run_engine_records_the_drain_as_suppressed_by_maintenance(recor
     assert summary["suppressed_by_cause"]["maintenance"] == len(mine)
     later = [a for a in result.actions if a.node == node and a.incident_ts >= hi]
     assert later and not any((a.blocked_by or "").startswith("maintenance") for a in later)
+
+
+def test_the_replay_command_with_safety_counts_the_window_under_maintenance(recordings, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from api.cli import build_cli
+
+    _, maint, _ = recordings
+    res = CliRunner().invoke(build_cli(), ["replay", str(maint), "--rules-only", "--report", str(tmp_path / "r.json"),
+                                           "--safety", str(REPO / "deploy/config/safety.example.yaml")])
+    assert res.exit_code == 0, res.output
+    engine = json.loads((tmp_path / "r.json").read_text())["engine"]
+    assert engine["suppressed_by_cause"].get("maintenance", 0) >= 1
+    assert all(k.startswith("maintenance:sil-") for k in engine["blocked_by"] if k.startswith("maintenance"))
