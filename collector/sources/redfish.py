@@ -64,7 +64,7 @@ def power_events(node: str, ts: float, chassis: str, power: dict[str, Any], url:
     ``Status.Health``) and per PowerControl (``power``: ``PowerConsumedWatts``; the BMC's power
     cap ``PowerLimit.LimitInWatts`` as its ``upper_critical``)."""
     out = []
-    for key, stype in (("PowerSupplies", "power_supply"), ("PowerControl", "power")):
+    for key, stype, unnamed in (("PowerSupplies", "power_supply", "PSU"), ("PowerControl", "power", "PowerControl")):
         items = power.get(key, [])
         if not isinstance(items, list):
             raise RedfishPayloadError(f"redfish: {url}: '{key}' is {type(items).__name__}, not a list")
@@ -72,7 +72,7 @@ def power_events(node: str, ts: float, chassis: str, power: dict[str, Any], url:
             if not isinstance(p, dict):
                 raise RedfishPayloadError(f"redfish: {url}: {key}[{i}] is not an object")
             status = p.get("Status") if isinstance(p.get("Status"), dict) else {}
-            name = f"{chassis}/{p.get('Name') or f'{key}[{i}]'}"
+            name = f"{chassis}/{p.get('Name') or f'{unnamed}{i}'}"
             if stype == "power_supply":
                 value, thresholds = _number(p.get("LastPowerOutputWatts")), {}
             else:
