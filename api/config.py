@@ -203,10 +203,9 @@ def check(cfg: ServiceConfig) -> list[str]:
     if cfg.adapter.name not in ADAPTERS:
         out.append(f"adapter.name: unknown adapter {cfg.adapter.name!r}; valid: {', '.join(sorted(ADAPTERS))}")
     elif cfg.adapter.name == "slurm":
-        known = {"scontrol", "sinfo", "squeue", "slurm_conf", "env", "timeout_s", "retries", "backoff_s",
-                 "requeue_release_timeout_s", "poll_interval_s"}
-        if unknown := sorted(set(cfg.adapter.options) - known):
-            out.append(f"adapter.options: unknown Slurm setting(s) {unknown}; valid: {sorted(known)}")
+        from remediation.adapters.slurm import SETTINGS
+        if unknown := sorted(set(cfg.adapter.options) - SETTINGS):
+            out.append(f"adapter.options: unknown Slurm setting(s) {unknown}; valid: {sorted(SETTINGS)}")
     elif cfg.adapter.name == "dryrun" and cfg.adapter.options:
         out.append("adapter.options: the dry-run adapter takes no options")
     if cfg.commands is not None and not cfg.commands.key_file.is_file():

@@ -12,6 +12,10 @@ breaking the contract) is a :class:`~collector.recording.RecordingError` naming 
 there is nothing to replay. Port samples and events before the tick of the first GPU
 sample are not replayed (there is no GPU yet to score); they are counted in the
 summary's ``not_replayed_before_first_gpu_sample``.
+
+Operator maintenance events in the recording hold actions back on their nodes for their
+windows, on the engine path and the policy-only path alike (:mod:`api.replay_maintenance`);
+the summary counts what they held back in ``suppressed_by_cause``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from api.replay_maintenance import MaintenanceSchedule, Suppressed, by_cause
 from collector.recording import RecordingError, RecordingWindow, open_recording
 from collector.schema import RecordType
 from models.bundle import ModelBundle
@@ -79,6 +84,9 @@ class ReplayResult:
     stats: dict[str, Any] = field(default_factory=dict)
     #: the engine's action records (only when replayed through an engine, :func:`dry_run_engine`)
     actions: list[ActionRecord] = field(default_factory=list)
+    #: decisions a maintenance window kept from acting, policy-only path (the engine records its own)
+    suppressed: list[Suppressed] = field(default_factory=list)
+    baseline_suppressed: list[Suppressed] = field(default_factory=list)
 
 
 class TelemetryClock:
@@ -120,6 +128,7 @@ class Replayer:
         self.score_rows = score_rows
         self.clock = StageClock()
         self.explainer = Explainer(bundle)
+        self.maintenance = MaintenanceSchedule()
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
@@ -131,6 +140,7 @@ class Replayer:
                         rec.path / "net.parquet")
         m = rec.manifest
         pipe = FeaturePipeline(self.pipeline_settings)
+        self.maintenance = MaintenanceSchedule.from_frame(rec.events())
         result = ReplayResult()
         states = [PolicyState(), PolicyState()]
         pending: list[FeatureBatch] = []
@@ -166,6 +176,9 @@ class Replayer:
                         "gpu_samples_per_s": round(c.gpu_rows / max(seconds, 1e-9)),
                         "state_bytes": pipe.state_bytes, "cadence_s": self.pipeline_settings.cadence_s,
                         "held_at_end": states[0].held(),
+                        "maintenance_windows": len(self.maintenance),
+                        "suppressed_by_cause": by_cause(result.suppressed),
+                        "baseline_suppressed_by_cause": by_cause(result.baseline_suppressed),
                         "not_replayed_before_first_gpu_sample": dict(before_gpu)}
         return result
 
@@ -174,18 +187,24 @@ class Replayer:
         scored = [(b, aggregate(b, s, self.bundle.rules)) for b, s in zip(batches, score_batches(self.bundle, batches))]
         c1 = time.process_time()
         self.clock.cpu["scoring"] += c1 - c
+        maint = self.maintenance
         for batch, ns in scored:
             explain = self.explainer.for_tick(batch, ns)
-            for k, (cfg, out) in enumerate(((self.policy, result.decisions),
-                                            (self.baseline_policy, result.baseline_decisions))):
+            for k, (cfg, out, held_back) in enumerate(((self.policy, result.decisions, result.suppressed),
+                                                       (self.baseline_policy, result.baseline_decisions,
+                                                        result.baseline_suppressed))):
                 if k == 0 and self.engine is not None:
                     engine, clock = self.engine
                     clock.now = batch.ts
+                    for ev in maint.due(batch.ts):   # declared before this tick is decided, as live
+                        engine.on_operator_event(ev)
                     result.actions.extend(engine.tick(ns, explain))
                     out.extend(engine.last_decisions)
                     continue
-                d, states[k] = decide(ns, states[k], batch.ts, cfg, explain)
+                d, after = decide(ns, states[k], batch.ts, cfg, explain)
+                d, held, states[k] = maint.hold_back(d, states[k], after, batch.ts)
                 out.extend(d)
+                held_back.extend(held)
         self.clock.cpu["policy"] += time.process_time() - c1
 
 def from_first_gpu_sample(windows: Iterable[RecordingWindow], cadence_s: float, skipped: Counter[str],
@@ -241,6 +260,8 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
                               "model": bundle_info, "policy": policy.model_dump(mode="json"),
                               "summary": result.stats}
     report["operator_events"] = operator_timeline(rec.events())
+    report["suppressed"] = {"model": [s.to_dict() for s in result.suppressed],
+                            "rules_baseline": [s.to_dict() for s in result.baseline_suppressed]}
     incidents = rec.incidents()
     if incidents is not None:
         kw = dict(node_days=rec.manifest.node_days, gpus_per_node=rec.manifest.gpus_per_node)
@@ -273,6 +294,8 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     m = report.get("metrics")
     s = report["summary"]
     out = {"decisions": len(report["decisions"]), "gpu_samples_per_s": s["gpu_samples_per_s"]}
+    if s.get("suppressed_by_cause"):     # what declared maintenance held back (policy-only path)
+        out["suppressed_by_cause"] = s["suppressed_by_cause"]
     if m:
         for who in ("model", "rules_baseline"):
             x = m[who]

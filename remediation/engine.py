@@ -307,14 +307,15 @@ class Engine:
         """Gate one new record, persist it, and execute it if it may go now.
 
         A silence in force that mutes the record's kind comes first: the record is written
-        rejected with ``blocked_by="silence:<id>"``. Then the safety gate; a Slurm MAINT
+        rejected with ``blocked_by="silence:<id>"`` (``maintenance:<id>`` for a silence made from an
+        operator maintenance event). Then the safety gate; a Slurm MAINT
         reservation is named in ``blocked_by`` (``maintenance:<reservation>``). A member of a
         facility event (*facility*) is rejected with ``blocked_by="facility:<group>"``.
         """
         if rec.kind is ActionKind.ALERT:
             sil = first_match(active, rec.node, self.view.get(rec.node), rec.kind)
             if sil is not None:
-                rec = replace(rec, state=ActionState.REJECTED, blocked_by=f"silence:{sil.id}")
+                rec = replace(rec, state=ActionState.REJECTED, blocked_by=f"{sil.cause}:{sil.id}")
                 if self.store.insert(rec, note=f"muted by {sil.describe()}"):
                     self._count("rejected_silence")
                     return rec
@@ -330,7 +331,7 @@ class Engine:
         status = self._status(rec)
         sil = first_match(active, rec.node, status or self.view.get(rec.node), rec.kind)
         if sil is not None:
-            verdict = Verdict(Outcome.NO, f"silence:{sil.id}", f"muted by {sil.describe()}")
+            verdict = Verdict(Outcome.NO, f"{sil.cause}:{sil.id}", f"muted by {sil.describe()}")
         elif facility is not None:
             verdict = facility.member_verdict()
         else:

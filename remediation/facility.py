@@ -13,7 +13,9 @@ grouped alert for the group, rejects the members' actions with
 Groups, in order (a node joins the first group of its own that qualifies):
 
 1. a label the scheduler reports in ``NodeStatus.extra`` — ``facility_labels``, by default
-   ``rack``, ``leaf`` and ``switch`` (group ``rack/r07``): ``facility_min_nodes`` members;
+   ``rack``, ``leaf`` and ``switch`` (group ``rack/r07``): ``facility_min_nodes`` members. The
+   Slurm adapter reports ``leaf`` (topology/tree) and ``rack`` (a node feature), the Kubernetes
+   adapter what its ``facility_labels`` map node labels to;
 2. for a node with none of those labels, each of its partitions / node pools
    (``partition/gpu``): ``facility_min_nodes`` members that are also at least
    ``facility_fraction`` of the partition (a partition is usually far bigger than a rack);

@@ -4,7 +4,8 @@ A :class:`Silence` names a scope — nodes by name, a label selector, or the who
 what it mutes (``actions``, ``alerts`` or ``both``) from ``starts_at`` until a required
 ``ends_at``, with an author and a reason (Alertmanager's silences are the model). While one
 is in force the engine records every decision it mutes as rejected with
-``blocked_by="silence:<id>"`` instead of carrying it out, and a node gpuops holds is not
+``blocked_by="silence:<id>"`` (``maintenance:<id>`` for one made from an operator
+maintenance event, :attr:`Silence.cause`) instead of carrying it out, and a node gpuops holds is not
 resumed (it goes back through the verification window once the silence ends).
 
 Selectors match labels the scheduler reports (:func:`labels_of`): ``partition`` (a Slurm
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_SILENCE_S = 7 * 86400.0
 #: label keys a selector may use
 SELECTOR_KEYS = ("partition", "rack", "pool")
+#: the author prefix and reason prefix of a silence made from an operator maintenance event
+#: (:meth:`remediation.engine.Engine.on_operator_event`)
+OPERATOR_AUTHOR = "operator:"
+MAINTENANCE_EVENT_REASON = "maintenance event: "
 #: how far in the future a silence may start, s (a typo'd start a year out is refused)
 MAX_START_AHEAD_S = 30 * 86400.0
 
@@ -77,6 +82,14 @@ class Silence:
     fleet: bool = False
     deleted_at: float | None = None
     deleted_by: str | None = None
+
+    @property
+    def cause(self) -> str:
+        """What a decision it mutes is counted under (``blocked_by="<cause>:<id>"``): ``maintenance``
+        for a silence made from an operator maintenance event — declared maintenance, like a
+        Slurm MAINT reservation — else ``silence``."""
+        made_from_event = self.author.startswith(OPERATOR_AUTHOR) and self.reason.startswith(MAINTENANCE_EVENT_REASON)
+        return "maintenance" if made_from_event else "silence"
 
     @property
     def scope(self) -> str:
@@ -234,9 +247,9 @@ class SilenceBook:
             return None
         if window is None:
             return None
-        author = "operator:" + (window.author or "event")
+        author = OPERATOR_AUTHOR + (window.author or "event")
         try:
-            return self.create(author=author, reason=f"maintenance event: {window.reason}", nodes=window.nodes,
+            return self.create(author=author, reason=MAINTENANCE_EVENT_REASON + window.reason, nodes=window.nodes,
                                mutes=Mutes.ACTIONS, starts_at=window.start, ends_at=window.end)
         except SilenceError as e:
             log.warning("operator maintenance event on %s not turned into a silence: %s", ", ".join(window.nodes), e)

@@ -14,7 +14,8 @@ spec, each reading is an event with ``kind="bmc_sensor"``, ``source="bmc"``, and
 columns (which the contract allows and the wire keeps): ``sensor``, ``sensor_type``
 (``temperature`` | ``fan`` | ``power_supply`` | …), ``value``, ``unit``, ``status`` and the
 BMC's own thresholds ``upper_noncritical``, ``upper_critical``, ``upper_fatal``,
-``lower_noncritical``, ``lower_critical`` (null where the BMC gives none).
+``lower_noncritical``, ``lower_critical``, ``lower_fatal`` (null where the BMC gives none;
+"fatal" is IPMI's non-recoverable, Redfish's ``*ThresholdFatal``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from collector.sources.base import PermanentSourceError, Record, TransientSource
 BACKOFF_INITIAL_S = 5.0
 BACKOFF_MAX_S = 300.0
 
-THRESHOLD_KEYS = ("upper_noncritical", "upper_critical", "upper_fatal", "lower_noncritical", "lower_critical")
+THRESHOLD_KEYS = ("upper_noncritical", "upper_critical", "upper_fatal", "lower_noncritical", "lower_critical",
+                  "lower_fatal")
 
 
 def read_secret(path: Path | None, env_var: str, what: str) -> str | None:

@@ -121,8 +121,8 @@ def parse_sensor_list(text: str) -> list[SensorReading]:
             continue
         lnr, lcr, lnc, unc, ucr, unr = (_num(p) for p in parts[4:10])
         out.append(SensorReading(parts[0], _num(parts[1]), parts[2], parts[3] or None,
-                                 {"lower_critical": lcr, "lower_noncritical": lnc, "upper_noncritical": unc,
-                                  "upper_critical": ucr, "upper_fatal": unr}))
+                                 {"lower_fatal": lnr, "lower_critical": lcr, "lower_noncritical": lnc,
+                                  "upper_noncritical": unc, "upper_critical": ucr, "upper_fatal": unr}))
     return out
 
 

@@ -5,7 +5,8 @@
 Readings become ``bmc_sensor`` events with the BMC's own thresholds
 (:mod:`collector.sources.bmc_common`): temperatures from ``ReadingCelsius`` and
 ``Upper/LowerThreshold*``; fans from ``Reading`` (``ReadingUnits``) and their thresholds;
-power supplies from ``Status.Health`` (value null, ``status`` the health).
+power supplies from ``Status.Health`` (``status``; value ``LastPowerOutputWatts``), and
+each PowerControl's ``PowerConsumedWatts`` against its ``PowerLimit``.
 
 The password comes from ``redfish_password_file`` or ``$REDFISH_PASSWORD``, never argv.
 A BMC that does not answer raises :class:`TransientSourceError` (the source backs off);
@@ -27,7 +28,7 @@ from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_even
 
 _THRESHOLDS = {"UpperThresholdNonCritical": "upper_noncritical", "UpperThresholdCritical": "upper_critical",
                "UpperThresholdFatal": "upper_fatal", "LowerThresholdNonCritical": "lower_noncritical",
-               "LowerThresholdCritical": "lower_critical"}
+               "LowerThresholdCritical": "lower_critical", "LowerThresholdFatal": "lower_fatal"}
 
 
 class RedfishPayloadError(TransientSourceError):
@@ -59,17 +60,25 @@ def thermal_events(node: str, ts: float, chassis: str, thermal: dict[str, Any], 
 
 
 def power_events(node: str, ts: float, chassis: str, power: dict[str, Any], url: str) -> list[Record]:
-    """One ``bmc_sensor`` event per power supply (value null; status = ``Status.Health``)."""
-    items = power.get("PowerSupplies", [])
-    if not isinstance(items, list):
-        raise RedfishPayloadError(f"redfish: {url}: 'PowerSupplies' is {type(items).__name__}, not a list")
+    """One ``bmc_sensor`` event per power supply (value ``LastPowerOutputWatts``, status
+    ``Status.Health``) and per PowerControl (``power``: ``PowerConsumedWatts``; the BMC's power
+    cap ``PowerLimit.LimitInWatts`` as its ``upper_critical``)."""
     out = []
-    for i, p in enumerate(items):
-        if not isinstance(p, dict):
-            raise RedfishPayloadError(f"redfish: {url}: PowerSupplies[{i}] is not an object")
-        status = p.get("Status") if isinstance(p.get("Status"), dict) else {}
-        out.append(sensor_event(node, ts, f"{chassis}/{p.get('Name') or f'PSU{i}'}", "power_supply",
-                                _number(p.get("LastPowerOutputWatts")), "W", status.get("Health"), {}, "redfish"))
+    for key, stype, unnamed in (("PowerSupplies", "power_supply", "PSU"), ("PowerControl", "power", "PowerControl")):
+        items = power.get(key, [])
+        if not isinstance(items, list):
+            raise RedfishPayloadError(f"redfish: {url}: '{key}' is {type(items).__name__}, not a list")
+        for i, p in enumerate(items):
+            if not isinstance(p, dict):
+                raise RedfishPayloadError(f"redfish: {url}: {key}[{i}] is not an object")
+            status = p.get("Status") if isinstance(p.get("Status"), dict) else {}
+            name = f"{chassis}/{p.get('Name') or f'{unnamed}{i}'}"
+            if stype == "power_supply":
+                value, thresholds = _number(p.get("LastPowerOutputWatts")), {}
+            else:
+                limit = p.get("PowerLimit") if isinstance(p.get("PowerLimit"), dict) else {}
+                value, thresholds = _number(p.get("PowerConsumedWatts")), {"upper_critical": limit.get("LimitInWatts")}
+            out.append(sensor_event(node, ts, name, stype, value, "W", status.get("Health"), thresholds, "redfish"))
     return out
 
 

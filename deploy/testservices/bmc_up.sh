@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Start two real BMC services on 127.0.0.1 for the `bmc` tests (idempotent):
 #   - OpenIPMI's ipmi_sim (Debian package `openipmi`), an IPMI 2.0 LAN BMC, with a System Event Log
-#     holding one power-supply "Failure detected" entry; read it with ipmitool (package `ipmitool`);
-#   - sushy-emulator --fake (PyPI `sushy-tools`), a Redfish service with Chassis Thermal + thresholds.
+#     holding one power-supply "Failure detected" entry and two threshold sensors with SDRs
+#     ("Inlet Temp" 24 degrees C, upper thresholds 40/45/50; "FAN1" 5400 RPM, lower thresholds
+#     800/500/250); read them with ipmitool (package `ipmitool`);
+#   - sushy-emulator --fake (PyPI `sushy-tools`), a Redfish service with Chassis Thermal + thresholds
+#     (sushy-tools 2.2 --fake serves no Chassis Power / PowerSubsystem resource: 404).
 # Usage: deploy/testservices/bmc_up.sh   (root installs what is missing: apt openipmi ipmitool, pip sushy-tools)
 # Environment: BMC_ROOT (default /tmp/gpuops-bmc), BMC_IPMI_PORT (16230), BMC_REDFISH_PORT (16231),
 #   PYTHON (python, else python3).
@@ -59,20 +62,51 @@ set_working_mc 0x20
 CONF
 # SEL record: type 0x02 (system event), generator 0x20, EvM rev 0x04, sensor type 0x08 (power supply),
 # sensor 0x01, event type 0x6f (sensor-specific, asserted), offset 0x01 = Failure detected.
-cat >"$BMC_ROOT/cmds.emu" <<'CMDS'
+# Sensors: `sensor_add` makes ipmi_sim answer Get Sensor Reading / Thresholds, a Full Sensor Record
+# (SDR type 0x01, IPMI 2.0 table 43-1) gives ipmitool its name, unit and conversion. The SDRs are
+# added at every start (no persist_sdr: a persisted repository would collect duplicates). Sensor
+# numbers 0x10/0x11, not 0x01: the seeded SEL entry names sensor 0x01 and must keep its own name.
+#   Inlet Temp: temperature (0x01), threshold type, entity 0x37 air inlet, degrees C, M=1;
+#     reading 0x18 = 24; UNR/UCR/UNC 0x32/0x2d/0x28 = 50/45/40 (readable mask 0x38).
+#   FAN1: fan (0x04), entity 0x1d, RPM (unit 18), M=50; reading 0x6c = 5400 RPM;
+#     LNR/LCR/LNC 0x05/0x0a/0x10 = 250/500/800 RPM (readable mask 0x07).
+# sensor_set_threshold lists value5..value0 = UNR UCR UNC LNR LCR LNC; sensor_set_event_support
+# "enable scanning" makes the reading available (ipmitool prints "na" for a sensor not scanning).
+cat >"$BMC_ROOT/cmds.emu.new" <<'CMDS'
 mc_setbmc 0x20
-mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr
+mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02
 sel_enable 0x20 1000 0x0a
+sensor_add 0x20 0 0x10 0x01 0x01
+sensor_set_threshold 0x20 0 0x10 settable 111000 0x32 0x2d 0x28 00 00 00
+sensor_set_event_support 0x20 0 0x10 enable scanning per-state 000000000000000 000000000000000 000000000000000 000000000000000
+sensor_set_value 0x20 0 0x10 0x18 0
+main_sdr_add 0x20 0x00 0x00 0x51 0x01 0x35 0x20 0x00 0x10 0x37 0x01 0x67 0x48 0x01 0x01 0x00 0x00 0x00 0x70 0x38 0x38 0x00 0x01 0x00 0x00 0x01 0x00 0x00 0x00 0x00 0x00 0x01 0x18 0x00 0x00 0xff 0x00 0x32 0x2d 0x28 0x00 0x00 0x00 0x00 0x00 0x00 0x00 0x00 0xca 0x49 0x6e 0x6c 0x65 0x74 0x20 0x54 0x65 0x6d 0x70
+sensor_add 0x20 0 0x11 0x04 0x01
+sensor_set_threshold 0x20 0 0x11 settable 000111 00 00 00 0x05 0x0a 0x10
+sensor_set_event_support 0x20 0 0x11 enable scanning per-state 000000000000000 000000000000000 000000000000000 000000000000000
+sensor_set_value 0x20 0 0x11 0x6c 0
+main_sdr_add 0x20 0x00 0x00 0x51 0x01 0x2f 0x20 0x00 0x11 0x1d 0x01 0x67 0x48 0x04 0x01 0x00 0x70 0x00 0x00 0x07 0x07 0x00 0x12 0x00 0x00 0x32 0x00 0x00 0x00 0x00 0x00 0x01 0x6c 0x00 0x00 0xff 0x00 0x00 0x00 0x00 0x05 0x0a 0x10 0x00 0x00 0x00 0x00 0x00 0xc4 0x46 0x41 0x4e 0x31
 mc_enable 0x20
 CMDS
+# an ipmi_sim started from an older command file (no sensors) is restarted below; the SEL persists
+restart_ipmi=0
+if [[ -f $BMC_ROOT/cmds.emu ]] && ! cmp -s "$BMC_ROOT/cmds.emu" "$BMC_ROOT/cmds.emu.new"; then restart_ipmi=1; fi
+mv "$BMC_ROOT/cmds.emu.new" "$BMC_ROOT/cmds.emu"
+rm -f "$BMC_ROOT/state/ipmi_sim/gpuops-test-bmc/sdr.20.main"   # left by persist_sdr in older runs
 
+if alive "$BMC_ROOT/ipmi_sim.pid" ipmi_sim && [[ $restart_ipmi == 1 ]]; then
+  log "ipmi_sim runs an older command file: restarting it (its SEL persists)"
+  old_pid=$(<"$BMC_ROOT/ipmi_sim.pid"); kill "$old_pid"
+  for _ in $(seq 1 50); do kill -0 "$old_pid" 2>/dev/null || break; sleep 0.1; done
+  if alive "$BMC_ROOT/console_holder.pid" sleep; then kill "$(<"$BMC_ROOT/console_holder.pid")" 2>/dev/null || true; fi
+fi
 if alive "$BMC_ROOT/ipmi_sim.pid" ipmi_sim; then
   log "ipmi_sim already running (pid $(<"$BMC_ROOT/ipmi_sim.pid"))"
 else
   # ipmi_sim runs its command file only with its console on (no -n): the console reads a FIFO that a
   # `sleep` holds open, so it never sees end-of-file; bmc_down.sh stops both.
   rm -f "$BMC_ROOT/console"; mkfifo "$BMC_ROOT/console"
-  setsid sleep infinity >"$BMC_ROOT/console" &
+  setsid sleep infinity >"$BMC_ROOT/console" 2>/dev/null </dev/null &
   echo $! >"$BMC_ROOT/console_holder.pid"
   setsid ipmi_sim -c "$BMC_ROOT/lan.conf" -f "$BMC_ROOT/cmds.emu" -s "$BMC_ROOT/state" \
     <"$BMC_ROOT/console" >"$BMC_ROOT/log/ipmi_sim.log" 2>&1 &

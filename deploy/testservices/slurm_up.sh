@@ -3,6 +3,9 @@
 # one slurmctld and N slurmd daemons on 127.0.0.1 (Debian's build runs several slurmd per
 # host with `slurmd -N <node>`), nodes gpu-node-01..N each declaring Gres=gpu:h100:8 whose
 # device files are symlinks to /dev/null. All state under $SLURM_ROOT.
+# Facility layout (for gpuops' facility grouping): every NODES_PER_RACK consecutive nodes form a
+# rack (node Feature rack_r01, rack_r02, ...) under one leaf switch (topology/tree, topology.conf:
+# leaf-01, leaf-02, ... under one spine), as a real cluster's racks each have a top-of-rack leaf.
 # Adapted from shared/infra/slurm_up.sh (see shared/infra/slurm_transcript.txt).
 #
 # Usage: deploy/testservices/slurm_up.sh [NUM_NODES]        (default 4)
@@ -14,6 +17,7 @@
 #   CTLD_PORT         slurmctld port                   (default 16917)
 #   SLURMD_BASE_PORT  node i listens on BASE+i         (default 17100)
 #   GPUS_PER_NODE     emulated GPUs per node           (default 8)
+#   NODES_PER_RACK    nodes per rack and leaf switch   (default 2)
 #   SLURM_START_TIMEOUT_S  wait for controller / idle nodes (default 30)
 #   SKIP_APT=1        never apt-get install slurm/munge
 #
@@ -28,9 +32,11 @@ CTLD_PORT=${CTLD_PORT:-16917}
 SLURMD_BASE_PORT=${SLURMD_BASE_PORT:-17100}
 SLURM_START_TIMEOUT_S=${SLURM_START_TIMEOUT_S:-30}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+NODES_PER_RACK=${NODES_PER_RACK:-2}
 export SLURM_CONF=$SLURM_ROOT/etc/slurm.conf
 
 [[ $NUM_NODES =~ ^[1-9][0-9]?$ ]] || { echo "slurm_up: NUM_NODES must be 1..99, got $NUM_NODES" >&2; exit 2; }
+[[ $NODES_PER_RACK =~ ^[1-9][0-9]?$ ]] || { echo "slurm_up: NODES_PER_RACK must be 1..99, got $NODES_PER_RACK" >&2; exit 2; }
 
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 log() { printf '[slurm_up +%5sms] %s\n' "$(ms "$T0")" "$*" >&2; }
@@ -68,7 +74,30 @@ munge -n -S "$MUNGE_SOCK" | unmunge -S "$MUNGE_SOCK" >/dev/null
 log "munged up (pid $(cat "$SLURM_ROOT/munge/munged.pid"))"
 
 # ---- 4. config -----------------------------------------------------------------
+OLD_CONF=$(cat "$SLURM_CONF" "$SLURM_ROOT/etc/topology.conf" 2>/dev/null || true)
 LAST=$(printf '%02d' "$NUM_NODES")
+NUM_RACKS=$(( (NUM_NODES + NODES_PER_RACK - 1) / NODES_PER_RACK ))
+rack_range() {  # $1 = rack number (1-based) -> "FIRST LAST" node numbers
+  local lo=$(( ($1 - 1) * NODES_PER_RACK + 1 )) hi=$(( $1 * NODES_PER_RACK ))
+  (( hi > NUM_NODES )) && hi=$NUM_NODES
+  echo "$lo $hi"
+}
+node_lines() {  # one NodeName line per rack: its nodes carry the Feature rack_rNN
+  local r lo hi
+  for r in $(seq 1 "$NUM_RACKS"); do
+    read -r lo hi < <(rack_range "$r")
+    printf 'NodeName=gpu-node-[%02d-%02d] NodeHostname=gpu-node-[%02d-%02d] NodeAddr=127.0.0.1 Port=[%d-%d] CPUs=8 Boards=1 SocketsPerBoard=2 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=64000 Gres=gpu:h100:%d Features=rack_r%02d State=UNKNOWN\n' \
+      "$lo" "$hi" "$lo" "$hi" $((SLURMD_BASE_PORT+lo)) $((SLURMD_BASE_PORT+hi)) "$GPUS_PER_NODE" "$r"
+  done
+}
+topology_conf() {  # topology/tree: a leaf switch per rack, one spine over them
+  local r lo hi
+  for r in $(seq 1 "$NUM_RACKS"); do
+    read -r lo hi < <(rack_range "$r")
+    printf 'SwitchName=leaf-%02d Nodes=gpu-node-[%02d-%02d]\n' "$r" "$lo" "$hi"
+  done
+  printf 'SwitchName=spine-01 Switches=leaf-[01-%02d]\n' "$NUM_RACKS"
+}
 cat > "$SLURM_CONF" <<CONF
 ClusterName=gpuops
 SlurmctldHost=localhost(127.0.0.1)
@@ -108,9 +137,11 @@ MinJobAge=300
 InactiveLimit=0
 JobRequeue=1
 MailProg=/bin/true
-NodeName=gpu-node-[01-$LAST] NodeHostname=gpu-node-[01-$LAST] NodeAddr=127.0.0.1 Port=[$((SLURMD_BASE_PORT+1))-$((SLURMD_BASE_PORT+NUM_NODES))] CPUs=8 Boards=1 SocketsPerBoard=2 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=64000 Gres=gpu:h100:$GPUS_PER_NODE State=UNKNOWN
+TopologyPlugin=topology/tree
+$(node_lines)
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
+topology_conf >"$SLURM_ROOT/etc/topology.conf"
 cat > "$SLURM_ROOT/etc/gres.conf" <<CONF
 AutoDetect=off
 NodeName=gpu-node-[01-$LAST] Name=gpu Type=h100 File=$SLURM_ROOT/dev/nvidia[0-$((GPUS_PER_NODE-1))]
@@ -133,6 +164,18 @@ if ! ctld_up; then
   # -c: start clean (test scratch state); daemonizes and writes its pid file
   # shellcheck disable=SC2086
   slurmctld -c -f "$SLURM_CONF" ${SLURMCTLD_EXTRA:-}
+elif [[ $(scontrol show config 2>/dev/null) != *"topology/tree"* ]]; then
+  # started by an older slurm_up.sh: slurmctld loads TopologyPlugin only at start, so restart it,
+  # keeping its state (no -c: jobs and node states stay); the slurmds re-register by themselves
+  log "slurmctld runs without topology/tree: restarting it (state kept) to load topology.conf"
+  pid=$(cat "$SLURM_ROOT/run/slurmctld.pid")
+  kill "$pid"
+  dl=$(deadline_in "$SLURM_START_TIMEOUT_S")
+  while kill -0 "$pid" 2>/dev/null && (( $(date +%s) < dl )); do sleep 0.1; done
+  # shellcheck disable=SC2086
+  slurmctld -f "$SLURM_CONF" ${SLURMCTLD_EXTRA:-}
+elif [[ $(cat "$SLURM_CONF" "$SLURM_ROOT/etc/topology.conf") != "$OLD_CONF" ]]; then
+  scontrol reconfigure   # node features and the like from the rewritten config
 fi
 dl=$(deadline_in "$SLURM_START_TIMEOUT_S")
 until ctld_up || (( $(date +%s) >= dl )); do sleep 0.1; done

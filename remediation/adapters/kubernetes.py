@@ -23,6 +23,14 @@ pods already terminating or finished. A PodDisruptionBudget that refuses an evic
 (HTTP 429) does not stop the others: the refused pods are collected and the call ends in
 :class:`TransientAdapterError` with ``retry_after_s``; the engine retries later.
 
+Where a node sits, for facility grouping (:mod:`remediation.facility`): ``facility_labels``
+maps a facility label (``rack``, ``leaf``, ``switch``) to the node label keys that carry it;
+the first key the node has wins, and its value goes to ``NodeStatus.extra``. The default
+reads the leaf switch from NVIDIA Topograph's labels (``network.topology.nvidia.com/leaf``,
+or ``fabric.topograph.run/tier-0`` in Topograph 1.1). Kubernetes has no well-known rack
+label (``topology.kubernetes.io/`` defines only region and zone), so a site adds its own,
+e.g. ``{"rack": "example.com/rack"}``.
+
 Errors: 404 on the node -> :class:`UnknownNode`; 409/429/5xx, connection errors and
 timeouts -> :class:`TransientAdapterError`; 403, 422 and other 4xx ->
 :class:`PermanentAdapterError`.
@@ -39,7 +47,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from remediation.actions import REASON_PREFIX, ActionKind
 from remediation.adapters.base import (
@@ -79,6 +87,11 @@ class KubernetesAdapterConfig(BaseModel):
     pool_label: str | None = Field(
         None, description="Node label whose value is the node's pool (NodeStatus.partitions: the unit of "
         "the per-partition drain cap), e.g. cloud.google.com/gke-nodepool. None: no pools.")
+    facility_labels: dict[str, tuple[str, ...]] = Field(
+        {"leaf": ("network.topology.nvidia.com/leaf", "fabric.topograph.run/tier-0")},
+        description="Facility label (rack, leaf, switch: SafetyConfig.facility_labels) -> the node label "
+        "keys that carry it, first present wins. Default: the leaf switch NVIDIA Topograph writes (its "
+        "0.x/1.0 key, then its 1.1 key); Kubernetes has no well-known rack label, so add your site's.")
     eviction_grace_period_s: int | None = Field(
         None, ge=0, description="Grace period, s, passed with each eviction. None: the pod's own "
         "terminationGracePeriodSeconds, so a job gets the time it asked for to checkpoint.")
@@ -93,7 +106,25 @@ class KubernetesAdapterConfig(BaseModel):
         "before the request counts as transient.")
 
 
+    @field_validator("facility_labels", mode="before")
+    @classmethod
+    def _one_key_or_several(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: (keys,) if isinstance(keys, str) else keys for k, keys in v.items()}
+        return v
+
+
 # ---- pure helpers (unit-tested without a server) ----------------------------------------
+
+def facility_of(labels: dict[str, str], keys: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """The facility labels (``{"leaf": "s1"}``) a node's labels give: for each, the first key present."""
+    out = {}
+    for name, candidates in keys.items():
+        value = next((labels[k] for k in candidates if labels.get(k)), None)
+        if value:
+            out[name] = value
+    return out
+
 
 def fault_of(reason: str) -> str:
     """The fault class in a reason ``gpuops: <kind> [<fault>] id=...``; ``"unknown"`` if absent.
@@ -380,7 +411,8 @@ class KubernetesAdapter:
                           reason=reason if ours else None, jobs=jobs,
                           maintenance=until is not None and until > self._clock(),
                           down=ready != "True", partitions=(pool,) if pool else (), raw_state=raw,
-                          extra={**({"fault": fault} if fault else {}),
+                          extra={**facility_of(labels, self.config.facility_labels),
+                                 **({"fault": fault} if fault else {}),
                                  **({"maintenance_until": annotations[MAINTENANCE_ANNOTATION]}
                                     if until is not None and until > self._clock() else {})})
 

@@ -25,6 +25,12 @@ What each action does (shared/infra/slurm_transcript.txt has the real outputs):
   node whose ``reboot ASAP`` still waits for jobs, RESUME also withdraws the reboot (observed:
   ``allocated+drain+reboot_requested`` → ``allocated``, no reboot afterwards).
 
+Where a node sits, for facility grouping (:mod:`remediation.facility`): ``NodeStatus.extra``
+carries ``leaf``, the lowest-level switch of the topology plugin (``scontrol show topology``,
+topology/tree; read at most every ``topology_refresh_s``), and ``rack``, from the node's
+features by the site's convention (a feature ``rack_r07`` is rack ``r07``). A cluster without
+a topology plugin or rack features gets neither label, silently, and groups by partition.
+
 Failures are classified by :mod:`remediation.adapters.slurm_errors`; transient ones
 (controller unreachable, timeout) are retried ``retries`` times with doubling backoff
 through the injected ``sleep``, then raised.
@@ -42,6 +48,11 @@ Knobs (constructor keywords; :meth:`SlurmAdapter.from_config` takes the same nam
 ``requeue_release_timeout_s`` 30 s        how long requeue waits for jobs to leave COMPLETING
                                           (KillWait and epilog) before releasing them
 ``poll_interval_s``           0.2 s       pause between polls while waiting for that
+``rack_feature_prefix``       ``rack_``   a node feature starting with it names the rack
+                                          (``rack=`` for ``rack=r07``); None or "": no racks
+``topology``                  true        read leaf switches from ``scontrol show topology``
+``topology_refresh_s``        300 s       how long one topology read is used: cabling changes
+                                          rarely, and it costs a controller round trip
 ============================  ==========  ====================================================
 """
 
@@ -58,10 +69,15 @@ from remediation.actions import REASON_PREFIX
 from remediation.adapters.base import (NodeStatus, NotOurs, PermanentAdapterError,
                                        TransientAdapterError, UnknownNode, owned, validate_node_name)
 from remediation.adapters.slurm_errors import classify, classify_timeout
-from remediation.adapters.slurm_state import (SlurmJob, json_errors, jobs_on, maintenance_reservations,
-                                              node_status, parse_jobs, parse_nodes)
+from remediation.adapters.slurm_state import (Facility, SlurmJob, json_errors, jobs_on, leaf_switches,
+                                              maintenance_reservations, node_status, parse_jobs, parse_nodes)
 
 log = logging.getLogger(__name__)
+
+#: the knobs :meth:`SlurmAdapter.from_config` takes (the table above); the service config checks against it
+SETTINGS = frozenset({"scontrol", "sinfo", "squeue", "slurm_conf", "env", "timeout_s", "retries", "backoff_s",
+                      "requeue_release_timeout_s", "poll_interval_s", "rack_feature_prefix", "topology",
+                      "topology_refresh_s"})
 
 
 class RequeueResult(list[str]):
@@ -86,7 +102,8 @@ class SlurmAdapter:
                  slurm_conf: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
                  timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 1.0,
                  requeue_release_timeout_s: float = 30.0, poll_interval_s: float = 0.2,
-                 sleep: Callable[[float], None] = time.sleep,
+                 rack_feature_prefix: str | None = "rack_", topology: bool = True,
+                 topology_refresh_s: float = 300.0, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if timeout_s <= 0 or retries < 0 or backoff_s < 0:
             raise ValueError(f"timeout_s must be > 0, retries and backoff_s >= 0 "
@@ -98,16 +115,17 @@ class SlurmAdapter:
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self.requeue_release_timeout_s = requeue_release_timeout_s
         self.poll_interval_s = poll_interval_s
+        self.rack_feature_prefix, self.topology = rack_feature_prefix, topology
+        self.topology_refresh_s = topology_refresh_s
+        self._leaves: tuple[float, dict[str, str]] | None = None   # (read at, node -> leaf)
         self._sleep, self._clock = sleep, clock
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **injected: Any) -> "SlurmAdapter":
         """An adapter from a settings mapping (the knobs above); ``injected``: sleep, clock."""
-        known = {"scontrol", "sinfo", "squeue", "slurm_conf", "env", "timeout_s", "retries", "backoff_s",
-                 "requeue_release_timeout_s", "poll_interval_s"}
-        unknown = set(config) - known
+        unknown = set(config) - SETTINGS
         if unknown:
-            raise ValueError(f"unknown Slurm adapter setting(s) {sorted(unknown)}; valid: {sorted(known)}")
+            raise ValueError(f"unknown Slurm adapter setting(s) {sorted(unknown)}; valid: {sorted(SETTINGS)}")
         return cls(**dict(config), **injected)
 
     # ---- actions --------------------------------------------------------------------
@@ -184,11 +202,11 @@ class SlurmAdapter:
         record = self._node_record(node)
         if record is None:
             return NodeStatus(name=node, exists=False)
-        return node_status(record, self._jobs(), self._maintenance())
+        return node_status(record, self._jobs(), self._maintenance(), self._facility())
 
     def list_nodes(self) -> list[NodeStatus]:
         return parse_nodes(self._json(self.sinfo, "--json"), self._json(self.squeue, "--json"),
-                           self._reservations())
+                           self._reservations(), self._facility())
 
     # ---- internals ------------------------------------------------------------------
 
@@ -206,6 +224,26 @@ class SlurmAdapter:
 
     def _maintenance(self) -> dict[str, str]:
         return maintenance_reservations(self._reservations())
+
+    def _facility(self) -> Facility:
+        return Facility(self._leaf_switches(), self.rack_feature_prefix)
+
+    def _leaf_switches(self) -> dict[str, str]:
+        """Node -> leaf switch, re-read every ``topology_refresh_s``. No topology plugin: empty
+        (Slurm prints nothing). A failed read keeps the last one and is logged once per refresh."""
+        if not self.topology:
+            return {}
+        now = self._clock()
+        if self._leaves is not None and now - self._leaves[0] < self.topology_refresh_s:
+            return self._leaves[1]
+        last = self._leaves[1] if self._leaves is not None else {}
+        try:
+            leaves = leaf_switches(self._run([self.scontrol, "show", "topology"]))
+        except (PermanentAdapterError, TransientAdapterError) as e:
+            log.warning("cannot read the Slurm topology (%s); leaf switches as last read (%d nodes)", e, len(last))
+            leaves = last
+        self._leaves = (now, leaves)
+        return leaves
 
     def _reservations(self) -> str:
         return self._run([self.scontrol, "-o", "show", "reservation"])

@@ -14,6 +14,11 @@ what these functions rely on:
   ``--json``: filter here); ``nodes`` is a hostlist expression (``gpu-node-[01-02]``).
 - ``scontrol -o show reservation``: one ``Key=Value`` line per reservation, or
   ``No reservations in the system``. ``Nodes`` is a hostlist expression.
+- ``scontrol show topology`` (topology/tree): one line per switch, ``SwitchName=leaf-01
+  Level=0 LinkSpeed=1 Nodes=gpu-node-[01-02]`` (a higher ``Level`` lists ``Switches=`` too and
+  every node below it). Without a topology plugin it prints nothing on stdout, exit status 0,
+  and ``No topology information available`` on stderr. Node ``features`` in ``sinfo --json``
+  is a comma-separated string (``rack_r01,h100``); Slurm prints ``(null)`` elsewhere for none.
 - A JSON answer from a controller that is down has exit status 0, no nodes/jobs and a
   non-empty ``errors`` list (``"Unspecified error"``): :func:`json_errors` reports it.
 """
@@ -156,12 +161,60 @@ def maintenance_nodes(reservations_text: str) -> set[str]:
     return set(maintenance_reservations(reservations_text))
 
 
+def leaf_switches(topology_text: str) -> dict[str, str]:
+    """Node -> its leaf: the lowest-level switch it is in (``scontrol show topology``,
+    topology/tree). Empty when the cluster has no topology plugin (Slurm prints nothing)."""
+    best: dict[str, tuple[int, str]] = {}
+    for line in topology_text.splitlines():
+        fields = dict(_KEY_VALUE.findall(line))
+        name, nodes = fields.get("SwitchName"), fields.get("Nodes")
+        if not name or not nodes or nodes == "(null)":
+            continue
+        level = int(fields["Level"]) if fields.get("Level", "").isdigit() else (1 if fields.get("Switches") else 0)
+        for node in expand_hostlist(nodes):
+            if node not in best or level < best[node][0]:
+                best[node] = (level, name)
+    return {node: name for node, (_, name) in best.items()}
+
+
+def rack_of(features: Any, prefix: str) -> str | None:
+    """The rack a node's Slurm features name by the site's convention: the first feature that
+    starts with *prefix* (``rack_`` → ``rack_r07`` is rack ``r07``); None when none does."""
+    if not prefix or not features:
+        return None
+    items = features if isinstance(features, (list, tuple)) else str(features).split(",")
+    for feature in (str(f).strip() for f in items):
+        if feature.startswith(prefix) and len(feature) > len(prefix):
+            return feature[len(prefix):]
+    return None
+
+
+@dataclass(frozen=True)
+class Facility:
+    """Where the scheduler places nodes: leaf switch per node (topology), the rack feature's prefix."""
+
+    leaves: Mapping[str, str]
+    rack_prefix: str | None = "rack_"
+
+    def labels(self, node: dict[str, Any]) -> dict[str, str]:
+        """``rack`` and ``leaf`` for :attr:`NodeStatus.extra` (only those known)."""
+        out = {}
+        rack = rack_of(node.get("active_features") or node.get("features"), self.rack_prefix or "")
+        if rack:
+            out["rack"] = rack
+        leaf = self.leaves.get(str(node.get("name")))
+        if leaf:
+            out["leaf"] = leaf
+        return out
+
+
 def node_status(node: dict[str, Any], jobs: Iterable[SlurmJob],
-                maintenance: set[str] | Mapping[str, str]) -> NodeStatus:
+                maintenance: set[str] | Mapping[str, str], facility: Facility | None = None) -> NodeStatus:
     """A :class:`NodeStatus` from one ``sinfo --json`` node record and the cluster's jobs.
 
     *maintenance*: the nodes under a MAINT reservation, or node -> reservation name (then
     ``extra["maintenance_reservation"]`` names it, for the record of a suppressed action).
+    *facility*: where the node sits (``extra["rack"]``, ``extra["leaf"]``; facility grouping).
     """
     name = str(node["name"])
     base = str(node.get("state", "")).upper()
@@ -186,12 +239,14 @@ def node_status(node: dict[str, Any], jobs: Iterable[SlurmJob],
                "boot_time": node.get("boot_time"),
                "next_state_after_reboot": node.get("next_state_after_reboot"),
                **({"maintenance_reservation": maintenance[name]}
-                  if isinstance(maintenance, Mapping) and name in maintenance else {})},
+                  if isinstance(maintenance, Mapping) and name in maintenance else {}),
+               **(facility.labels(node) if facility is not None else {})},
     )
 
 
-def parse_nodes(sinfo: dict[str, Any], squeue: dict[str, Any], reservations_text: str) -> list[NodeStatus]:
-    """Every node of a ``sinfo --json`` answer with its jobs and maintenance."""
+def parse_nodes(sinfo: dict[str, Any], squeue: dict[str, Any], reservations_text: str,
+                facility: Facility | None = None) -> list[NodeStatus]:
+    """Every node of a ``sinfo --json`` answer with its jobs, maintenance and place."""
     jobs = parse_jobs(squeue)
     maintenance = maintenance_reservations(reservations_text)
-    return [node_status(n, jobs, maintenance) for n in sinfo.get("nodes") or []]
+    return [node_status(n, jobs, maintenance, facility) for n in sinfo.get("nodes") or []]

@@ -16,7 +16,7 @@ from collector.agent_settings import AgentSettings
 from collector.sources.base import SourceError, TransientSourceError
 from collector.sources.bmc_common import SourceBackoff
 from collector.sources.ipmi import IpmiSource, parse_sel_elist, parse_sensor_list
-from collector.sources.redfish import RedfishPayloadError, RedfishSource
+from collector.sources.redfish import RedfishPayloadError, RedfishSource, power_events
 from collector.wire import decode_event
 from fakes import CountingSource
 from test_agent import FakeSink
@@ -53,6 +53,7 @@ def test_sensor_list_keeps_the_bmc_thresholds_and_skips_discrete_sensors() -> No
     assert readings[0].value == 24.0
     assert readings[0].thresholds["upper_critical"] == 45.0
     assert readings[1].thresholds["lower_critical"] == 500.0 and readings[1].thresholds["upper_critical"] is None
+    assert readings[0].thresholds["upper_fatal"] == 50.0 and readings[0].thresholds["lower_fatal"] is None
 
 
 def test_backoff_doubles_and_refuses_early_tries() -> None:
@@ -142,3 +143,76 @@ def test_a_malformed_redfish_payload_is_a_clear_error_and_the_agent_goes_on(bad_
     events = [decode_event(m.value) for m in sink.delivered if m.topic == agent.settings.events_topic]
     assert any(e["kind"] == "bmc_sensor" for e in events)
     assert isinstance(RedfishPayloadError("x"), SourceError)
+
+
+# ---- sensors on the real emulators (bmc_up.sh: ipmi_sim "Inlet Temp" and "FAN1"; sushy Thermal) ---
+
+def _agent_sensor_events(source) -> dict[str, dict]:
+    """What the agent publishes for *source*'s ``bmc_sensor`` readings, by sensor name."""
+    sink = FakeSink()
+    agent = Agent(AgentSettings(node="gpu-node-001", health_file=None), [source], sink)
+    agent.tick()
+    agent.publish_pending()
+    assert agent.source_errors.get(source.name, 0) == 0
+    events = [decode_event(m.value) for m in sink.delivered if m.topic == agent.settings.events_topic]
+    return {e["sensor"]: e for e in events if e["kind"] == "bmc_sensor"}
+
+
+def _thresholds(e: dict) -> tuple:
+    return tuple(e[k] for k in ("lower_fatal", "lower_critical", "lower_noncritical",
+                                "upper_noncritical", "upper_critical", "upper_fatal"))
+
+
+@pytest.mark.bmc
+def test_ipmi_sensors_become_bmc_sensor_events_with_the_bmcs_own_thresholds(bmc, tmp_path: Path) -> None:
+    got = _agent_sensor_events(_ipmi(bmc, tmp_path / "sel.json"))
+    inlet, fan = got["Inlet Temp"], got["FAN1"]
+    assert (inlet["source"], inlet["protocol"], inlet["sensor_type"], inlet["value"], inlet["unit"], inlet["status"]) \
+        == ("bmc", "ipmi", "temperature", 24.0, "degrees C", "ok")
+    assert _thresholds(inlet) == (None, None, None, 40.0, 45.0, 50.0)
+    assert (fan["sensor_type"], fan["value"], fan["unit"]) == ("fan", 5400.0, "RPM")
+    assert _thresholds(fan) == (250.0, 500.0, 800.0, None, None, None)
+
+
+@pytest.mark.bmc
+def test_an_ipmi_threshold_changed_on_the_bmc_is_what_the_next_sample_reports(bmc, tmp_path: Path) -> None:
+    src = _ipmi(bmc, tmp_path / "sel.json")
+    try:   # the BMC's own thresholds, not a copy: lower Inlet Temp's upper non-critical below its reading
+        src.run("sensor", "thresh", "Inlet Temp", "unc", "20")
+        inlet = _agent_sensor_events(src)["Inlet Temp"]
+        assert inlet["upper_noncritical"] == 20.0 and inlet["value"] == 24.0 and inlet["status"] == "nc"
+    finally:
+        src.run("sensor", "thresh", "Inlet Temp", "unc", "40")
+    assert _agent_sensor_events(src)["Inlet Temp"]["upper_noncritical"] == 40.0
+
+
+@pytest.mark.bmc
+def test_redfish_fans_carry_their_reading_and_fatal_threshold_and_a_chassis_without_power_is_no_error(bmc) -> None:
+    got = _agent_sensor_events(RedfishSource("gpu-node-001", bmc["redfish"]))
+    fans = {name: e for name, e in got.items() if e["sensor_type"] == "fan"}
+    assert fans and all(e["unit"] == "RPM" and e["value"] > 0 and e["status"] == "OK" for e in fans.values())
+    assert {_thresholds(e) for e in fans.values()} == {(0.0, None, None, None, None, None)}
+    # sushy-emulator --fake links no Power resource from its chassis: no PSU readings, and no error
+    assert not [e for e in got.values() if e["sensor_type"] == "power_supply"]
+
+
+#: a Chassis Power resource shaped after DMTF's public Redfish mockups (sushy --fake serves none)
+POWER = {"@odata.id": "/redfish/v1/Chassis/1U/Power", "Id": "Power",
+         "PowerControl": [{"MemberId": "0", "Name": "System Power Control", "PowerConsumedWatts": 344,
+                           "PowerCapacityWatts": 800,
+                           "PowerLimit": {"LimitInWatts": 500, "LimitException": "LogEventOnly"},
+                           "Status": {"State": "Enabled", "Health": "OK"}}],
+         "PowerSupplies": [{"MemberId": "0", "Name": "Power Supply Bay 1", "LastPowerOutputWatts": 325,
+                            "Status": {"State": "Enabled", "Health": "Warning"}},
+                           {"MemberId": "1", "Name": "Power Supply Bay 2", "Status": {"State": "Absent"}}]}
+
+
+def test_redfish_power_gives_each_psus_health_and_the_consumption_against_the_power_cap() -> None:
+    events = {e["sensor"]: e for e in power_events("gpu-node-001", 1.0, "1U", POWER, "http://bmc/Power")}
+    bay1, bay2 = events["1U/Power Supply Bay 1"], events["1U/Power Supply Bay 2"]
+    ctl = events["1U/System Power Control"]
+    assert (bay1["sensor_type"], bay1["value"], bay1["status"]) == ("power_supply", 325.0, "Warning")
+    assert (bay2["value"], bay2["status"]) == (None, None)
+    assert (ctl["sensor_type"], ctl["value"], ctl["unit"], ctl["upper_critical"]) == ("power", 344.0, "W", 500.0)
+    with pytest.raises(RedfishPayloadError, match="'PowerControl' is dict"):
+        power_events("gpu-node-001", 1.0, "1U", {"PowerControl": {}}, "http://bmc/Power")

@@ -22,8 +22,8 @@ from remediation.adapters.base import (NotOurs, PermanentAdapterError, Transient
                                        UnknownNode, adapter_class)
 from remediation.adapters.slurm import SlurmAdapter
 from remediation.adapters.slurm_errors import SLURM_ERRORS, classify, classify_timeout
-from remediation.adapters.slurm_state import (expand_hostlist, json_errors, maintenance_nodes,
-                                              parse_jobs, parse_nodes)
+from remediation.adapters.slurm_state import (Facility, expand_hostlist, json_errors, leaf_switches,
+                                              maintenance_nodes, parse_jobs, parse_nodes, rack_of)
 
 DATA = Path(__file__).parent / "data"
 
@@ -244,3 +244,48 @@ def test_the_registry_names_this_adapter_and_from_config_refuses_unknown_knobs()
     assert SlurmAdapter.from_config({"timeout_s": 5, "slurm_conf": "/x/slurm.conf"}).env["SLURM_CONF"] == "/x/slurm.conf"
     with pytest.raises(ValueError, match="timeout_sec"):
         SlurmAdapter.from_config({"timeout_sec": 5})
+
+
+# ---- where nodes sit: topology/tree leaf switches and rack features -----------------------
+
+def test_a_nodes_leaf_is_the_lowest_level_switch_it_is_in():
+    leaves = leaf_switches((DATA / "scontrol_show_topology_22.05.txt").read_text())
+    assert leaves == {"gpu-node-01": "leaf-01", "gpu-node-02": "leaf-01",
+                      "gpu-node-03": "leaf-02", "gpu-node-04": "leaf-02"}   # not spine-01, which has them all
+    assert leaf_switches("") == {}                                          # no topology plugin: Slurm prints nothing
+
+
+@pytest.mark.parametrize("features, prefix, rack", [
+    ("rack_r07", "rack_", "r07"), ("h100,rack_r07", "rack_", "r07"), (["rack=r07"], "rack=", "r07"),
+    ("h100", "rack_", None), ("rack_", "rack_", None), (None, "rack_", None), ("rack_r07", None, None),
+])
+def test_the_rack_comes_from_the_feature_with_the_sites_prefix(features, prefix, rack):
+    assert rack_of(features, prefix) == rack
+
+
+def test_node_status_carries_rack_and_leaf_only_when_known(nodes):
+    raw = load("sinfo_22.05_mixed.json")["nodes"]
+    raw[0] = {**raw[0], "active_features": "rack_r01,h100"}
+    placed = {s.name: s for s in parse_nodes({"nodes": raw}, load("squeue_22.05_mixed.json"), "",
+                                             Facility({"gpu-node-01": "leaf-01", "gpu-node-02": "leaf-01"}))}
+    assert (placed["gpu-node-01"].extra["rack"], placed["gpu-node-01"].extra["leaf"]) == ("r01", "leaf-01")
+    assert "rack" not in placed["gpu-node-02"].extra and placed["gpu-node-02"].extra["leaf"] == "leaf-01"
+    assert not {"rack", "leaf"} & set(placed["gpu-node-03"].extra)
+    assert not {"rack", "leaf"} & set(nodes["gpu-node-01"].extra)                 # no Facility: as before
+
+
+def test_a_cluster_without_a_topology_plugin_lists_nodes_as_before_and_logs_nothing(tmp_path: Path, caplog):
+    sinfo = stand_in(tmp_path, "sinfo", f"cat {DATA / 'sinfo_22.05_mixed.json'}")
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue_22.05_mixed.json'}")
+    # what Slurm 22.05 does without TopologyPlugin: nothing on stdout, a line on stderr, status 0
+    scontrol = stand_in(tmp_path, "scontrol", """case "$1" in
+  -o) echo 'No reservations in the system';;
+  show) echo 'scontrol: error: No topology information available' >&2;;
+esac""")
+    adapter = SlurmAdapter(sinfo=sinfo, squeue=squeue, scontrol=scontrol, topology_refresh_s=300)
+    with caplog.at_level("INFO"):
+        for _ in range(3):
+            listed = adapter.list_nodes()
+    assert len(listed) == 4 and not any({"rack", "leaf"} & set(n.extra) for n in listed)
+    assert [r for r in caplog.records if r.levelname != "DEBUG"] == []
+    assert calls(tmp_path).count("scontrol show topology") == 1           # read once per refresh_s, not per call
