@@ -103,6 +103,10 @@ class SimConfig:
     congestion_per_day: float = 6.0
     #: Extra application XIDs (13/31/43) per node-day that are *not* incidents.
     app_xid_per_node_day: float = 0.3
+    #: Emit the nodes' BMC events (simulator/bmc.py): sensor readings every minute, SEL entries, and the
+    #: power and thermal incidents' BMC precursors. Drawn from their own random stream, so switching
+    #: them off (recordings made before they existed) leaves a seed's GPU and port rows as they are.
+    bmc: bool = True
     #: Ticks generated per chunk (memory ~ chunk x GPUs x columns x 8 B).
     chunk_ticks: int = 360
     #: A drawn world (world.py; None = the home world: one H100 fleet, one interval, no background).
