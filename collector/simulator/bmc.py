@@ -216,9 +216,9 @@ def _apply(f: BmcFault, t: np.ndarray, v: np.ndarray, node_w: np.ndarray, share:
     if f.cause == "psu":
         # current sharing drifts away from the failing supply; once failed it carries nothing
         p = np.clip((tn - f.onset) / max(f.failure - f.onset, 1.0), 0.0, 1.0)
-        drift = np.where(pre, 0.5 - 0.2 * p, 0.5)
-        s = np.where(broken, 0.0, drift)
-        share[:, n] = s if f.part == 0 else 1.0 - s
+        s = np.where(broken, 0.0, 0.5 - 0.2 * p)
+        on = pre | broken  # another incident of the node, at another time, keeps its own readings
+        share[on, n] = s[on] if f.part == 0 else 1.0 - s[on]
         return
     if f.cause == "fan":
         # a worn bearing: the fan slows to ~65 % of its speed, then stalls
