@@ -7,7 +7,8 @@ air warms past the BMC's upper critical threshold. Every event has the exact sha
 :func:`collector.sources.bmc_common.sensor_event` and ``IpmiSource.sel_event``.
 
 Healthy nodes report five sensors (``Inlet Temp``, ``FAN1``, ``FAN2``, ``PSU1/PSU2 Input
-Power``) once a minute — not every sample: ~5 events per node-minute — with sensor noise
+Power``) once a minute (``SimConfig.bmc_sensor_period_s``) — not every sample: ~5 events per
+node-minute — with sensor noise
 and the BMC's resolution (1 °C, 100 RPM, 1 W), and a rare benign SEL background: a fan
 crossing its *lower non-critical* threshold for a minute or two (assert, then deassert)
 and an inlet crossing its *upper non-critical* one on a warm afternoon. Neither is a
@@ -34,8 +35,6 @@ from collector.sources.bmc_common import sensor_event
 if TYPE_CHECKING:
     from .plan import FleetPlan, Incident
 
-#: Seconds between two sensor readings of a node's BMC.
-SENSOR_PERIOD_S = 60.0
 _STREAM = 0xB3C
 
 #: (name, sensor type, unit, thresholds): an HGX-class 8-GPU node as ``ipmitool sensor`` shows it
@@ -103,7 +102,7 @@ def plan_bmc(plan: "FleetPlan") -> BmcPlan:
     cfg = plan.cfg
     rng = np.random.default_rng([cfg.seed, _STREAM])
     N, dt, dur = cfg.nodes, cfg.interval_s, cfg.n_ticks * cfg.interval_s
-    bp = BmcPlan(rng.uniform(1.0, 0.5 * min(SENSOR_PERIOD_S, 10.0), N), rng.uniform(20.0, 26.0, N)
+    bp = BmcPlan(rng.uniform(1.0, 0.5 * min(cfg.bmc_sensor_period_s, 10.0), N), rng.uniform(20.0, 26.0, N)
                  + 0.2 * plan.node_hot[:N], rng.uniform(6500.0, 7500.0, (N, 2)), rng.integers(1, 400, N))
     for rate, fan, text, detail in ((FAN_BLIP_PER_NODE_DAY, True, "Lower Non-critical going low",
                                      "Reading 1500 < Threshold 1600 RPM"),
@@ -172,11 +171,11 @@ def render_bmc(plan: "FleetPlan", bp: BmcPlan, a: int, b: int, level: np.ndarray
     *level* (b - a, N) is each node's load (0..1) at each tick of the chunk.
     """
     cfg = plan.cfg
-    dt, N = cfg.interval_s, cfg.nodes
+    dt, N, every = cfg.interval_s, cfg.nodes, cfg.bmc_sensor_period_s
     t0, t1 = a * dt, min(b, cfg.n_ticks) * dt
     out = [_sel_event(plan, s) for s in bp.sel if t0 <= s.t < t1]
-    periods = np.arange(max(0, math.floor(t0 / SENSOR_PERIOD_S) - 1), math.ceil(t1 / SENSOR_PERIOD_S) + 1)
-    t = periods[:, None] * SENSOR_PERIOD_S + bp.phase_s[None, :]  # (P, N)
+    periods = np.arange(max(0, math.floor(t0 / every) - 1), math.ceil(t1 / every) + 1)
+    t = periods[:, None] * every + bp.phase_s[None, :]  # (P, N)
     ok = (t >= t0) & (t < t1)
     keep = ok.any(axis=1)
     periods, t, ok = periods[keep], t[keep], ok[keep]

@@ -10,7 +10,7 @@ import pytest
 from collector.bmc_events import SEL_CLASSES, bmc_problem, sel_class
 from collector.schema import FaultClass
 from collector.simulator import SimConfig, Simulator
-from collector.simulator.bmc import SENSOR_PERIOD_S, SENSORS
+from collector.simulator.bmc import SENSORS
 from collector.sources.bmc_common import sensor_event
 from collector.sources.ipmi import parse_sel_elist
 
@@ -56,8 +56,10 @@ def test_bmc_events_have_exactly_the_shapes_the_agents_bmc_sources_give(fleet):
 def test_readings_come_once_a_minute_per_node_and_sensor(fleet):
     sim, _, _, events = fleet
     sensors = [e for e in events if e["kind"] == "bmc_sensor"]
-    minutes = sim.cfg.hours * 3600 / SENSOR_PERIOD_S
+    minutes = sim.cfg.hours * 3600 / 60
     assert len(sensors) == pytest.approx(sim.cfg.nodes * len(SENSORS) * minutes, abs=sim.cfg.nodes * len(SENSORS))
+    slow = [e for e in _run(nodes=4, hours=2, bmc_sensor_period_s=300)[3] if e["kind"] == "bmc_sensor"]
+    assert len(slow) == pytest.approx(4 * len(SENSORS) * 2 * 3600 / 300, abs=4 * len(SENSORS))
 
 
 def test_each_power_and_thermal_incident_shows_in_its_bmc_before_the_failure(fleet):
