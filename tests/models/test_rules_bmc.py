@@ -116,3 +116,31 @@ def test_on_a_simulated_fleet_no_bmc_rule_fires_on_a_healthy_node(replayed):
     sick = {i["node"] for i in incidents}
     bmc = fired[fired["rule"].isin(BMC_RULES)]
     assert len(bmc) and set(bmc["node"]) <= sick
+
+
+@pytest.mark.bmc
+def test_a_real_bmcs_psu_failure_and_redfish_intake_reading_reach_the_rules_through_the_pipeline(bmc, tmp_path):
+    """ipmi_sim's SEL holds a power supply 'Failure detected' entry; sushy-emulator's chassis read intake air."""
+    from collector.sources.ipmi import IpmiSource
+    from collector.sources.redfish import RedfishSource
+
+    pw = Path(bmc["passfile"]).read_text().strip()
+    now = 1_767_225_630.0
+    ipmi = IpmiSource("gpu-node-001", bmc["ipmi_host"], int(bmc["ipmi_port"]), bmc["user"], pw,
+                      tmp_path / "sel.json").sample(now).events
+    redfish = RedfishSource("gpu-node-001", bmc["redfish"]).sample(now).events
+    for e in ipmi:  # the SEL's own clock is not the replay's: the entry is new now
+        e["ts"] = now
+    gpu = pd.DataFrame({"ts": now - 25.0 + 10.0 * np.arange(3).repeat(2), "node": "gpu-node-001",
+                        "gpu": np.tile([0, 1], 3).astype(np.int16), "util_gpu": 50.0, "throttle_reasons": 0.0})
+    pipe = FeaturePipeline(PipelineSettings())
+    pipe.ingest_frames(gpu, None, pd.DataFrame(ipmi + redfish))
+    (batch,) = pipe.flush()
+    f = batch.to_frame().iloc[0]
+    assert f["node_bmc_psu_fail_count_short"] >= 1
+    intake = [e for e in redfish if e["sensor_type"] == "temperature" and "Intake" in e["sensor"]]
+    assert f["node_bmc_inlet_margin_c"] == min(e["upper_critical"] - e["value"] for e in intake)
+    bundle = ModelBundle.rules_only()
+    (sc,) = score_batches(bundle, [batch])
+    ns = aggregate(batch, sc, bundle.rules)
+    assert bundle.rules.rules[int(ns.rule[0])].name == "bmc_psu_fail" and ns.rule_gpu[0] == -1
