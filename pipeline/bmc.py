@@ -76,6 +76,10 @@ def _column(df: pd.DataFrame, name: str) -> np.ndarray:
     return df[name].to_numpy(object) if name in df.columns else np.full(len(df), None, object)
 
 
+def _null(x: Any) -> bool:
+    return x is None or x is pd.NA or (isinstance(x, float) and np.isnan(x))
+
+
 def _numbers(df: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(values as float64 with NaN for null, rows holding something that is not a number)."""
     if name not in df.columns:
@@ -84,7 +88,7 @@ def _numbers(df: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(s.dtype, np.dtype) and s.dtype.kind in "fiu":
         return s.to_numpy(np.float64), np.zeros(len(df), bool)
     obj = s.to_numpy(object)
-    bad = np.array([not (x is None or (isinstance(x, (int, float, np.integer, np.floating))
+    bad = np.array([not (_null(x) or (isinstance(x, (int, float, np.integer, np.floating))
                                        and not isinstance(x, (bool, np.bool_)))) for x in obj], bool)
     num = pd.to_numeric(s.where(~bad, None), errors="coerce").to_numpy(np.float64)
     return num, bad | np.isinf(num)
@@ -92,8 +96,9 @@ def _numbers(df: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def bmc_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> tuple[BmcRows, int]:
     """BMC events of *df* (``source == "bmc"``) as :class:`BmcRows`, and how many were malformed
-    (a reading or threshold that is not a number, a sensor name that is not a string): those
-    are left out. Every other event is ignored."""
+    (what :func:`collector.bmc_events.bmc_problem` refuses live: a reading or threshold that is
+    not a number, a sensor or SEL text that is not a string, an ``asserted`` that is not a
+    boolean): those are left out. Every other event is ignored."""
     if df is None or len(df) == 0 or "source" not in df.columns or "kind" not in df.columns:
         return BmcRows.empty(), 0
     mine = df["source"].to_numpy(object) == "bmc"
@@ -105,11 +110,13 @@ def bmc_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> tuple[BmcRows, i
     margin = np.full(len(d), np.nan)
     bad = np.zeros(len(d), bool)
     sel = np.flatnonzero(kind == "sel")
-    if len(sel):
+    if len(sel):  # few: one Python call each, with the checks of collector.bmc_events.bmc_problem
         st, et, asserted = (_column(d, c)[sel] for c in ("sensor_type", "event_text", "asserted"))
-        out[sel] = [sel_class(a, b, bool(c) if isinstance(c, (bool, np.bool_)) else None)
-                    for a, b, c in zip(st, et, asserted)]
+        up = [bool(c) if isinstance(c, (bool, np.bool_)) else None for c in asserted]
+        out[sel] = [sel_class(a, b, c) for a, b, c in zip(st, et, up)]
         out[sel] = np.where(out[sel] < 0, KIND_SEEN, out[sel])
+        bad[sel] = [not (isinstance(a, str) and isinstance(b, str)) or (u is None and not _null(c))
+                    for a, b, c, u in zip(st, et, asserted, up)]
     sen = np.flatnonzero(kind == "bmc_sensor")
     if len(sen):
         r = d.iloc[sen]
@@ -119,10 +126,10 @@ def bmc_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> tuple[BmcRows, i
             vals[name], b = _numbers(r, name)
             broken |= b
         names, stypes = _column(r, "sensor"), _column(r, "sensor_type")
-        codes, uniq = pd.factorize(pd.Series(names, dtype=object), use_na_sentinel=True)
-        text = np.array([isinstance(u, str) for u in uniq] + [False], bool)
-        inlet_name = np.array([isinstance(u, str) and is_inlet(u) for u in uniq] + [False], bool)
-        broken |= ~text[codes] | ~np.array([isinstance(t, str) for t in stypes], bool)
+        text = np.fromiter((isinstance(x, str) for x in names), bool, len(names))
+        codes, uniq = pd.factorize(pd.Series(np.where(text, names, None), dtype=object), use_na_sentinel=True)
+        inlet_name = np.array([is_inlet(u) for u in uniq] + [False], bool)
+        broken |= ~text | ~np.fromiter((isinstance(x, str) for x in stypes), bool, len(stypes))
         is_temp, is_fan = stypes == "temperature", stypes == "fan"
         k = np.where(is_temp & inlet_name[codes], KIND_INLET, np.where(is_fan, KIND_FAN, KIND_SEEN))
         m = np.where(k == KIND_INLET, vals["upper_critical"] - vals["value"], vals["value"] - vals["lower_critical"])

@@ -100,12 +100,14 @@ def test_no_bmc_events_at_all_leaves_every_bmc_feature_nan():
 
 def test_a_malformed_bmc_reading_is_counted_as_rejected_in_replay_and_the_rest_is_used():
     bad = reading(70, 0, "Inlet Temp", "temperature", 30.0, INLET) | {"value": "hot"}
-    no_name = reading(70, 1, "Inlet Temp", "temperature", 30.0, INLET) | {"sensor": 5}
+    no_name = reading(70, 1, "Inlet Temp", "temperature", 30.0, INLET) | {"sensor": ["Inlet", "Temp"]}
+    odd_sel = sel(75, 0, "Power Supply #0x01", "Failure detected") | {"asserted": "yes"}
     pipe = FeaturePipeline(SETTINGS)
     good = [reading(10, 0, "Inlet Temp", "temperature", 24.0, INLET)]
-    pipe.ingest_frames(gpu_frame(FLEET), None, pd.DataFrame(good + [bad, no_name]))
+    pipe.ingest_frames(gpu_frame(FLEET), None, pd.DataFrame(good + [bad, no_name, odd_sel]))
     f = pd.concat([b.to_frame() for b in pipe.flush()])
-    assert pipe.counts.rejected_rows == 2
+    assert pipe.counts.rejected_rows == 3
+    assert at(f, 2, 0)["node_bmc_psu_fail_count_short"] == 0
     assert at(f, 2, 0)["node_bmc_inlet_margin_c"] == 21.0  # the bad reading changed nothing
 
 
