@@ -15,6 +15,14 @@ and a reset becomes drain + reset when idle). Classes whose catalogue bucket is
 RESTART_APP or IGNORE have no rule: they never act on the node. A pending row remap
 (63 with 94 on one GPU, or the ``row_remap_pending`` flag with a new uncorrectable
 error) drains and resets when idle rather than at once.
+
+The node's BMC (:mod:`collector.bmc_events`, features ``node_bmc_*``) acts on the node too:
+an asserted SEL entry of an exact catalogue class — a power supply's *Failure detected*
+(power), a fan's *Lower Critical going low*, a temperature's *Upper Critical going high*
+(thermal) — drains; so do readings at or past the BMC's own thresholds (inlet air at its upper
+critical, a fan at its lower critical; ``below`` rules on the margins). A supply's
+*Predictive failure* only alerts: it still delivers, and the alert corroborates a power
+prediction. Every BMC feature is NaN without BMC data, and NaN never fires.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from collector.bmc_events import SEL_CLASSES
 from collector.schema import Action, FaultClass, FollowUp
 from collector.xid import CLASS_BY_NAME
 
@@ -32,9 +41,9 @@ from .base import Detector, DetectorOutput, FeatureMismatch, class_index
 
 @dataclass(frozen=True)
 class Rule:
-    """``feature > threshold`` (or ``>=``), every ``requires`` feature above its threshold and every
-    ``unless_at_least`` feature below its own,
-    means ``fault`` now; remedy ``action``, then ``follow_up``."""
+    """``feature > threshold`` (or ``>=``; with ``below``, ``<`` or ``<=``), every ``requires`` feature
+    above its threshold and every ``unless_at_least`` feature below its own,
+    means ``fault`` now; remedy ``action``, then ``follow_up``. A NaN feature (unknown) never fires."""
 
     name: str
     feature: str
@@ -51,9 +60,13 @@ class Rule:
     unless_at_least: tuple[tuple[str, float], ...] = ()
     #: the evidence names no GPU: the decision is for the node (no GPU), never a guessed one
     on_node: bool = False
+    #: fire when the feature is *below* the threshold (a margin used up) rather than above it
+    below: bool = False
 
     def fires(self, col: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
+            if self.below:
+                return (col <= self.threshold) if self.inclusive else (col < self.threshold)
             return (col >= self.threshold) if self.inclusive else (col > self.threshold)
 
     @property
@@ -72,6 +85,15 @@ def xid_rule(cls: str, reason: str, *, on_node: bool = False) -> Rule:
     where = " (XID names no GPU: the node)" if on_node else ""
     return Rule(f"{'node_' if on_node else ''}xid_{cls}", feature, 0, c.fault, action,
                 reason + where + " ({value:.0f} in the short window)", follow_up=follow_up, on_node=on_node)
+
+
+def bmc_sel_rule(cls: str, reason: str) -> Rule:
+    """The rule for SEL class *cls* of :mod:`collector.bmc_events`: its fault and action, for the node
+    (a BMC entry names no GPU), on any asserted entry of the class in the short window."""
+    c = next(c for c in SEL_CLASSES if c.name == cls)
+    return Rule(f"bmc_{cls}", f"node_bmc_{cls}_count_short", 0, c.fault, c.action,
+                f"BMC SEL: {c.sensor_type} '{' / '.join(sorted(c.event_texts))}' asserted: {reason} "
+                "({value:.0f} in the short window)", on_node=True)
 
 
 def _remap_pending(name: str, feature: str, with_feature: str, why: str) -> Rule:
@@ -108,6 +130,17 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     xid_rule("nvlink", "XID 74 / 144-150: NVLink error", on_node=True),
     Rule("ib_port_not_active", "net_port_down_after_active_s", PORT_DOWN_SUSTAINED_S, _F.IB_LINK, _A.DRAIN,
          "InfiniBand port not ACTIVE for {value:.0f} s after being ACTIVE", inclusive=True),
+    # the node's BMC names the cause (a supply, a fan, the inlet air) before or as the GPUs feel it:
+    # exact SEL entries (collector.bmc_events), and readings against the BMC's own thresholds
+    bmc_sel_rule("psu_fail", "a power supply failed, the node has lost power redundancy"),
+    bmc_sel_rule("fan_fail", "a fan is below the BMC's lower critical threshold"),
+    bmc_sel_rule("temp_critical", "a temperature sensor is above the BMC's upper critical threshold"),
+    Rule("bmc_inlet_critical", "node_bmc_inlet_margin_c", 0, _F.THERMAL, _A.DRAIN,
+         "BMC inlet temperature at or above the BMC's upper critical threshold (margin {value:+.0f} degC)",
+         inclusive=True, on_node=True, below=True),
+    Rule("bmc_fan_critical", "node_bmc_fan_margin_rpm", 0, _F.THERMAL, _A.DRAIN,
+         "BMC fan speed at or below the BMC's lower critical threshold (slowest fan's margin {value:+.0f} RPM)",
+         inclusive=True, on_node=True, below=True),
     Rule("hw_thermal", "throttle_hw_thermal_frac_short", 0.5, _F.THERMAL, _A.DRAIN,
          "hardware thermal slowdown {value:.0%} of the time"),
     # a power brake on three or more nodes at once is the facility's (a rack's PSU shelf, a power-capping
@@ -128,6 +161,9 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("ib_link_flapping", "net_link_downed_per_min_port_max_long", 0.1, _F.IB_LINK, _A.ALERT,
          "InfiniBand port flapping: {value:.2f} link downs/min over the last 30 min", inclusive=True,
          requires=(("net_link_downed_per_min_short", 0),)),
+    # a supply that predicts its own failure still delivers: a person schedules its replacement, and the
+    # alert corroborates a power prediction of the models (remediation.policy, step 3)
+    bmc_sel_rule("psu_predictive", "a power supply predicts its own failure"),
 )
 
 

@@ -11,7 +11,9 @@ no ``gpu`` getting its GPU from its ``pci_bus_id`` where GPU samples have named 
 (:class:`pipeline.registry.PciGpuMap`). Every other valid event (operator maintenance
 windows, scheduler and BMC events, ...) is kept as its record in :attr:`Decoded.events`; an
 operator maintenance event that does not parse (:mod:`collector.operator_events`) is
-rejected with the reason.
+rejected with the reason. BMC events (``source == "bmc"``) must also have the BMC sources'
+shape (:func:`collector.bmc_events.bmc_problem`: a reading that is not a number is rejected
+with the reason); they are also given as :attr:`Decoded.bmc` rows (:mod:`pipeline.bmc`).
 
 Arrow-encoded telemetry (``collector.wire``, picked by its first bytes) skips the Python
 lists altogether: :class:`pipeline.decode_arrow.ArrowDecoder` reads a poll's Arrow messages
@@ -30,9 +32,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from collector.bmc_events import bmc_problem
 from collector.operator_events import OperatorEventError, maintenance_window
 from collector.schema import RecordType, validate_record
 from collector.wire import WireError, columns_to_rows, decode_event, decode_telemetry, is_arrow, split_arrow
+from pipeline.bmc import BmcRows, bmc_rows_from_records
 from pipeline.bus import BusMessage, TopicPartition
 from pipeline.columns import (
     GPU_VALUE_COLUMNS,
@@ -70,6 +74,8 @@ class Decoded:
     rejected: list[Rejected] = field(default_factory=list)
     #: every other valid event, as its record (operator maintenance windows, scheduler events, ...)
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: the BMC events among them, as rows
+    bmc: BmcRows = field(default_factory=BmcRows.empty)
     progress: list[tuple[TopicPartition, int, float]] = field(default_factory=list)
 
 
@@ -156,6 +162,8 @@ class MessageDecoder:
                     out.progress.append((tp, m.offset, newest))
                     continue
                 why = validate_record(ev, RecordType.EVENT)
+                if why is None and ev.get("source") == "bmc":
+                    why = bmc_problem(ev)
                 if why:
                     reject(why, ev)
                 elif ev.get("kind") == "xid" and ev.get("code") is not None:
@@ -177,6 +185,7 @@ class MessageDecoder:
             out.progress.append((tp, m.offset, newest))
         if arrow_at:
             self._decode_arrow(out, arrow_at)
+        out.bmc = bmc_rows_from_records(out.events, self.keys)
         if gpu.n:
             slots = self.keys.gpus.slots_of(np.array(gpu_nodes, np.int32), np.array(gpu.lists["gpu"], np.int64))
             ts = np.array(gpu.lists["ts"], np.float64)

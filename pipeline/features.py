@@ -21,7 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from collector.schema import GPU_COUNTERS
+from collector.bmc_events import SEL_CLASSES
 from pipeline.baselines import RateBaselines
+from pipeline.bmc import MARGINS as BMC_MARGINS
+from pipeline.bmc import NodeBmcState
 from pipeline.columns import GPU_COL, NET_STATE_COUNTERS
 from pipeline.peers import group_medians, robust_z_rows
 from pipeline.ports import PORT_STATS, NodeXidState, PortWindowState
@@ -120,6 +123,10 @@ def _build() -> tuple[tuple[str, str, str], ...]:
            "ln((events + 1) / (own baseline x exposure + 1)), long window") for c in NET_ERROR_COUNTERS]
     f += [("other_nodes_power_brake_short", "count", "other nodes with a GPU held by HW power brake most of the short "
            "window: a rack's or facility's brake hits many nodes at once, a failing PSU one")]
+    # ---- third set: the node's BMC (pipeline.bmc); NaN where the node has no BMC data
+    f += [(f"node_bmc_{c.name}_count_{w}", "count", f"asserted BMC SEL entries: {c.meaning}, {w} window")
+          for w in _W for c in SEL_CLASSES]
+    f += list(BMC_MARGINS)
     return tuple(f)
 
 
@@ -153,6 +160,9 @@ _RATE_COLS = [np.array([FEATURE_INDEX[f"{_RATES[i][0]}_{w}"] for i in sel], np.i
 _THR_COLS = _cols([[f"throttle_{bit}_frac_{w}" for bit, _ in THROTTLE_BITS] for w in _W])
 _XID_COLS = _cols([[f"xid_{cls}_count_{w}" for cls, _ in XID_CLASSES] for w in _W])
 _NODE_XID_COLS = np.array([FEATURE_INDEX[f"node_xid_{cls}_count_short"] for cls, _ in XID_CLASSES], np.intp)
+#: the BMC block, in NodeBmcState.features order: counts (window, class), then the margins
+_BMC_COLS = np.array([FEATURE_INDEX[f"node_bmc_{c.name}_count_{w}"] for w in _W for c in SEL_CLASSES]
+                     + [FEATURE_INDEX[name] for name, _, _ in BMC_MARGINS], np.intp)
 #: last-value features: first and second column, "either" flag (ecc_dbe_total)
 _LAST_FIRST = np.array([GPU_COL[c[0]] for _, c, _, _ in _LAST])
 _LAST_SECOND = np.array([GPU_COL[c[-1]] for _, c, _, _ in _LAST])
@@ -225,8 +235,8 @@ def _either_or_sum(first: np.ndarray, second: np.ndarray, pair: np.ndarray, eith
 
 def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: NodeXidState,
                      gpus: GpuRegistry, port_reg: PortRegistry, slots: np.ndarray, tick_end: float,
-                     n_short: int, baselines: PartBaselines | None = None, muted: np.ndarray | None = None
-                     ) -> np.ndarray:
+                     n_short: int, baselines: PartBaselines | None = None, muted: np.ndarray | None = None,
+                     node_bmc: NodeBmcState | None = None) -> np.ndarray:
     """Feature matrix (len(slots), len(FEATURE_NAMES)) float32 for *slots* at *tick_end*.
 
     Each group of features is computed for both windows and every gauge, counter or class
@@ -238,6 +248,7 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     without them (a one-off computation) every part is compared with the prior alone. The
     baselines of the GPUs and ports of nodes flagged in *muted* (per node id: silenced or
     under maintenance this tick) are read but frozen, not updated.
+    Without *node_bmc* the BMC features are NaN (no BMC data).
     """
     baselines = baselines if baselines is not None else PartBaselines(gpus.n, port_reg.n)
     r = len(slots)
@@ -265,6 +276,11 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     nodes = gpus.slot_node[slots]
     f[_XID_COLS] = s[:, _XID]
     f[_NODE_XID_COLS] = node_xids.windows(len(gpus.nodes), tick_end, n_short)[0].T[:, nodes]  # (class, GPU)
+    if node_bmc is None:
+        f[_BMC_COLS] = np.nan
+    else:
+        counts, margins = node_bmc.features(len(gpus.nodes), tick_end, n_short)
+        f[_BMC_COLS] = np.concatenate([counts.reshape(-1, counts.shape[-1]), margins])[:, nodes]
 
     last = gpu.last_vals[:, slots]
     f[_LAST_COLS] = _either_or_sum(last[_LAST_FIRST], last[_LAST_SECOND], _LAST_PAIR[:, None], _LAST_EITHER[:, None])

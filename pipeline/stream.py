@@ -27,6 +27,7 @@ import numpy as np
 
 from collector.operator_events import OperatorEventError, maintenance_window
 from pipeline.batch import FeatureBatch
+from pipeline.bmc import BmcRows, NodeBmcState, bmc_rows_from_frame
 from pipeline.columns import GpuRows, NetRows, XidRows
 from pipeline.features import FEATURE_NAMES, PartBaselines, compute_features
 from pipeline.frames import gpu_rows_from_frame, maintenance_from_frame, net_rows_from_frame, xid_rows_from_frame
@@ -45,6 +46,7 @@ class PipelineCounts:
     gpu_rows: int = 0
     net_rows: int = 0
     xid_rows: int = 0
+    bmc_rows: int = 0
     late_rows: int = 0
     rejected_rows: int = 0
     ticks: int = 0
@@ -67,6 +69,7 @@ class FeaturePipeline:
         self.gpu_state = GpuWindowState(s.n_buckets, s.bucket_s, s.expected_gpus)
         self.port_state = PortWindowState(s.n_buckets, s.bucket_s, s.expected_ports)
         self.node_xids = NodeXidState(s.n_buckets, s.bucket_s, s.expected_nodes)
+        self.node_bmc = NodeBmcState(s.n_buckets, s.bucket_s, s.expected_nodes)
         self.baselines = PartBaselines(s.expected_gpus, s.expected_ports)
         self.counts = PipelineCounts()
         self.muted = MutedTime()
@@ -75,14 +78,16 @@ class FeaturePipeline:
         self._gpu: list[GpuRows] = []
         self._net: list[NetRows] = []
         self._xid: list[XidRows] = []
+        self._bmc: list[BmcRows] = []
         self._pending_min_ts = math.inf
 
     # ------------------------------------------------------------------ input
 
-    def ingest(self, gpu: GpuRows | None = None, net: NetRows | None = None, xids: XidRows | None = None) -> None:
+    def ingest(self, gpu: GpuRows | None = None, net: NetRows | None = None, xids: XidRows | None = None,
+               bmc: BmcRows | None = None) -> None:
         """Queue rows of any ticks, in any order; nothing is computed until :meth:`advance`."""
         for rows, pending, counter in ((gpu, self._gpu, "gpu_rows"), (net, self._net, "net_rows"),
-                                       (xids, self._xid, "xid_rows")):
+                                       (xids, self._xid, "xid_rows"), (bmc, self._bmc, "bmc_rows")):
             if rows is None or len(rows) == 0:
                 continue
             late = rows.ts < self.closed_until
@@ -99,8 +104,9 @@ class FeaturePipeline:
         """Queue recording DataFrames (columns per collector.schema; see :mod:`pipeline.frames`)."""
         mg = self.settings.max_gpus_per_node
         rows, bad = gpu_rows_from_frame(gpu, self.keys, mg)
-        self.counts.rejected_rows += bad
-        self.ingest(rows, net_rows_from_frame(net, self.keys), xid_rows_from_frame(events, self.keys, mg))
+        bmc, bad_bmc = bmc_rows_from_frame(events, self.keys)
+        self.counts.rejected_rows += bad + bad_bmc
+        self.ingest(rows, net_rows_from_frame(net, self.keys), xid_rows_from_frame(events, self.keys, mg), bmc)
         self.ingest_events(maintenance_from_frame(events))
 
     def ingest_events(self, events: Iterable[Mapping[str, Any]]) -> None:
@@ -150,12 +156,14 @@ class FeaturePipeline:
         (gpu, tg), self._gpu = _split_due(self._gpu, GpuRows, cad, last_k)
         (net, tn), self._net = _split_due(self._net, NetRows, cad, last_k)
         (xid, tx), self._xid = _split_due(self._xid, XidRows, cad, last_k)
-        due = np.unique(np.concatenate([tg, tn, tx]))
+        (bmc, tb), self._bmc = _split_due(self._bmc, BmcRows, cad, last_k)
+        due = np.unique(np.concatenate([tg, tn, tx, tb]))
         # GPU and port rows of every due tick are reduced in one pass; ticks then apply in order
         gpu_f = self.gpu_state.fold(gpu, tg, self._due_swaps((last_k + 1) * cad))
         net_f = self.port_state.fold(net, tn)
-        out = [self._close_tick(k, gpu_f, net_f, _rows_of_tick(xid, tx, k)) for k in due.tolist()]
-        self._pending_min_ts = min((float(r.ts.min()) for r in (*self._gpu, *self._net, *self._xid)),
+        out = [self._close_tick(k, gpu_f, net_f, _rows_of_tick(xid, tx, k), _rows_of_tick(bmc, tb, k))
+               for k in due.tolist()]
+        self._pending_min_ts = min((float(r.ts.min()) for r in (*self._gpu, *self._net, *self._xid, *self._bmc)),
                                    default=math.inf)
         return out
 
@@ -163,7 +171,7 @@ class FeaturePipeline:
         """Close every tick that has pending rows (end of a replay, or shutdown)."""
         if not math.isfinite(self._pending_min_ts):
             return []
-        newest = max(float(r.ts.max()) for r in (*self._gpu, *self._net, *self._xid))
+        newest = max(float(r.ts.max()) for r in (*self._gpu, *self._net, *self._xid, *self._bmc))
         cad = self.settings.cadence_s
         return self.advance((math.floor(newest / cad) + 1) * cad)
 
@@ -178,7 +186,7 @@ class FeaturePipeline:
         self._swaps = [sw for sw in self._swaps if sw[1] >= before]
         return np.array(due, np.float64).reshape(-1, 2).T
 
-    def _close_tick(self, k: int, gpu: Folded | None, net: Folded | None, xid: XidRows) -> FeatureBatch:
+    def _close_tick(self, k: int, gpu: Folded | None, net: Folded | None, xid: XidRows, bmc: BmcRows) -> FeatureBatch:
         s = self.settings
         tick_end = (k + 1) * s.cadence_s
         repaired_gpus = self.gpu_state.apply(gpu, k) if gpu is not None else _NO_SLOTS
@@ -193,6 +201,7 @@ class FeaturePipeline:
             slots = self.keys.gpus.slots_of(xid.node[on_gpu], xid.gpu[on_gpu])
             self.gpu_state.add_xids(slots, xid.ts[on_gpu], xid.code[on_gpu])
             self.node_xids.add(xid.node[~on_gpu], xid.ts[~on_gpu], xid.code[~on_gpu])
+        self.node_bmc.add(bmc)
         self.gpu_state.ensure(self.keys.gpus.n)
         self.closed_until = tick_end
         self.muted.prune(tick_end)
@@ -203,7 +212,7 @@ class FeaturePipeline:
             x = np.zeros((0, len(FEATURE_NAMES)), np.float32)
         else:
             x = compute_features(self.gpu_state, self.port_state, self.node_xids, self.keys.gpus, self.keys.ports,
-                                 slots, tick_end, s.n_short_buckets, self.baselines, muted)
+                                 slots, tick_end, s.n_short_buckets, self.baselines, muted, self.node_bmc)
         gpus = self.keys.gpus
         return FeatureBatch(tick_end, self.keys.node_names()[gpus.slot_node[slots]], gpus.slot_gpu[slots].copy(), x)
 
@@ -212,7 +221,8 @@ class FeaturePipeline:
     @property
     def state_bytes(self) -> int:
         """Bytes of window state (bounded by the number of GPUs and ports, not by time)."""
-        return self.gpu_state.nbytes + self.port_state.nbytes + self.node_xids.nbytes + self.baselines.nbytes
+        return (self.gpu_state.nbytes + self.port_state.nbytes + self.node_xids.nbytes + self.node_bmc.nbytes
+                + self.baselines.nbytes)
 
 
 _NO_SLOTS = np.zeros(0, np.intp)

@@ -66,7 +66,7 @@ class StreamWorker:
             self.deadlettered += 1
         if decoded.rejected:
             log.warning("dead-lettered %d messages/samples (first: %s)", len(decoded.rejected), decoded.rejected[0].reason)
-        self.pipeline.ingest(decoded.gpu, decoded.net, decoded.xids)
+        self.pipeline.ingest(decoded.gpu, decoded.net, decoded.xids, decoded.bmc)
         self.pipeline.ingest_events(decoded.events)  # operator maintenance: muted time (docs/pipeline.md)
         for tp, offset, newest in decoded.progress:
             self._uncommitted.setdefault(tp, deque()).append((offset, newest))

@@ -358,7 +358,8 @@ def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: 
     """
     true: list[tuple[int | None, str, str, int | None]] = []   # (part, signal, source, GPU) true this tick
     if rule >= 0 and s.rule_action[i] is Action.ALERT:
-        true.append((int(s.rule_gpu[i]), f"rule:{rule}", "rule", int(s.rule_gpu[i])))
+        g = int(s.rule_gpu[i]) if s.rule_gpu[i] >= 0 else None  # -1: the rule acts on the whole node
+        true.append((g, f"rule:{rule}", "rule", g))
     if p >= alert_level:
         true.append((None, f"p_fail:{fault.value if fault else 'unknown'}", "model", int(s.gpu[i])))
     if anomaly >= anomaly_level and warm and ns.strange_since is not None and (

@@ -32,6 +32,15 @@ def simulate(
     world_ranges: str = typer.Option(
         "train", "--world-ranges",
         help="Ranges a randomized world is drawn from: train, or a held-out shift-NAME (docs/simulator.md)."),
+    bmc: bool = typer.Option(
+        True, "--bmc/--no-bmc",
+        help="Emit the nodes' BMC events: sensor readings every minute, SEL entries, and the power and thermal "
+             "incidents' BMC precursors (docs/simulator.md). --no-bmc gives a seed's recording as made before "
+             "BMC events existed; GPU and port rows are the same either way."),
+    bmc_sensor_period: float = typer.Option(
+        60.0, "--bmc-sensor-period", min=1.0,
+        help="Seconds between two BMC sensor readings of a node (~5 events each): a slower cadence keeps a "
+             "big fleet's events.jsonl small."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output directory."),
 ) -> None:
     """Simulate a GPU fleet and write a recording (spec/recording.md) with incidents.jsonl."""
@@ -48,7 +57,8 @@ def simulate(
         shutil.rmtree(out)
     try:
         cfg = SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, ports_per_node=ports_per_node, hours=hours,
-                        interval_s=interval, seed=seed, rate_multiplier=rate_multiplier)
+                        interval_s=interval, seed=seed, rate_multiplier=rate_multiplier, bmc=bmc,
+                        bmc_sensor_period_s=bmc_sensor_period)
         if world == "randomized":
             cfg = randomized_config(cfg, world_ranges)
         elif world != "home":

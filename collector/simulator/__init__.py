@@ -47,7 +47,8 @@ class Simulator:
     def manifest(self) -> Manifest:
         c = self.cfg
         extra: dict[str, Any] = {"simulator": {"seed": c.seed, "ports_per_node": c.ports_per_node,
-                                               "rate_multiplier": c.rate_multiplier}}
+                                               "rate_multiplier": c.rate_multiplier, "bmc": c.bmc,
+                                               "bmc_sensor_period_s": c.bmc_sensor_period_s}}
         interval, source = c.interval_s, f"gpuops simulator seed={c.seed} rate_multiplier={c.rate_multiplier}"
         if c.world is not None:
             interval = c.world.typical_interval_s

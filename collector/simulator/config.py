@@ -103,6 +103,14 @@ class SimConfig:
     congestion_per_day: float = 6.0
     #: Extra application XIDs (13/31/43) per node-day that are *not* incidents.
     app_xid_per_node_day: float = 0.3
+    #: Emit the nodes' BMC events (simulator/bmc.py): sensor readings every minute, SEL entries, and the
+    #: power and thermal incidents' BMC precursors. Drawn from their own random stream, so switching
+    #: them off (recordings made before they existed) leaves a seed's GPU and port rows as they are.
+    bmc: bool = True
+    #: Seconds between two sensor readings of a node's BMC: a minute, as BMC exporters are scraped, so a
+    #: node adds ~5 events a minute, not one per sample (events.jsonl is read whole; a slower cadence
+    #: keeps a big fleet's recording small).
+    bmc_sensor_period_s: float = 60.0
     #: Ticks generated per chunk (memory ~ chunk x GPUs x columns x 8 B).
     chunk_ticks: int = 360
     #: A drawn world (world.py; None = the home world: one H100 fleet, one interval, no background).
@@ -115,6 +123,8 @@ class SimConfig:
             raise ValueError("need at least one node and one GPU per node")
         if self.interval_s <= 0 or self.hours <= 0:
             raise ValueError("interval_s and hours must be > 0")
+        if self.bmc_sensor_period_s <= 0:
+            raise ValueError("bmc_sensor_period_s must be > 0")
         if self.rate_multiplier < 0:
             raise ValueError("rate_multiplier must be >= 0")
         total = sum(self.mix.values())

@@ -28,6 +28,7 @@ from collector.schema import (
 )
 
 from .background import apply_background, saturate_ib
+from .bmc import render_bmc
 from .faults import EFFECTS
 from .plan import FleetPlan, Incident
 from .ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS
@@ -214,6 +215,8 @@ class Renderer:
             cols[name] = self._cumulate(ch._inc.get(name), self.gpu_cum, name, resets, k, (n, G))
         cols["xid_last"] = self._xid(ch, resets)
         events = [self._event_dict(t, col, code, msg) for t, col, code, msg, _ in sorted(ch.events, key=lambda e: e[0])]
+        if plan.bmc is not None:
+            events = sorted(events + render_bmc(plan, plan.bmc, a, b, level), key=lambda e: e["ts"])
         if wp is not None:
             return self._world_chunk(ch, rng, cols, level, resets, events)
         # each node's agent samples at its own phase (+ a little noise); phases increase with the

@@ -17,6 +17,7 @@ import numpy as np
 from collector.schema import Action, FaultClass
 
 from .background import Background, draw_background
+from .bmc import BmcPlan, plan_bmc
 from .config import FIELD_RATE_PER_NODE_DAY, SimConfig
 from .sampling import sample_masks
 from .workload import GpuTraits, draw_traits, hot_offsets, load_levels, power_brakes, serving_timelines
@@ -119,6 +120,8 @@ class FleetPlan:
     reboots: list[tuple[int, int]]   # (tick, node) healthy maintenance reboots
     incidents: list[Incident]
     world: WorldPlan | None = None
+    #: the nodes' BMC (None: the fleet's BMC events are switched off)
+    bmc: BmcPlan | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -155,6 +158,8 @@ def plan_fleet(cfg: SimConfig) -> FleetPlan:
                      job, ckpt, cong, reboots, incidents)
     if cfg.world is not None:
         _plan_world(plan)
+    if cfg.bmc:
+        plan.bmc = plan_bmc(plan)  # last, from its own stream: nothing above moves
     return plan
 
 

@@ -24,14 +24,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from collector.bmc_events import THRESHOLD_KEYS
 from collector.sources.base import PermanentSourceError, Record, TransientSourceError
 
 #: First wait after a BMC failed to answer, and the longest wait between tries (seconds).
 BACKOFF_INITIAL_S = 5.0
 BACKOFF_MAX_S = 300.0
 
-THRESHOLD_KEYS = ("upper_noncritical", "upper_critical", "upper_fatal", "lower_noncritical", "lower_critical",
-                  "lower_fatal")
+__all__ = ["THRESHOLD_KEYS", "SourceBackoff", "read_secret", "sensor_event"]
 
 
 def read_secret(path: Path | None, env_var: str, what: str) -> str | None:

@@ -128,6 +128,7 @@ def test_failures_without_warning_show_nothing_before_the_failure(recording):
 
 def test_failures_leave_their_kernel_log_signature(recording):
     _, gpu, net, events, incidents, _ = recording
+    events = events[events["kind"] == "xid"]  # the kernel log (BMC events are tested in test_simulator_bmc.py)
     expected = {"hbm_ecc": 48, "gpu_off_bus": 79, "nvlink": 74}
     for inc in incidents:
         ev = events[(events["node"] == inc["node"]) & (events["ts"] >= inc["failure_ts"])

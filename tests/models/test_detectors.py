@@ -23,6 +23,13 @@ def col(name):
     return FEATURE_NAMES.index(name)
 
 
+def quiet_rows(n: int) -> np.ndarray:
+    """*n* feature rows of a quiet GPU: every count and rate 0, no BMC data (a 0 BMC margin is at critical)."""
+    x = np.zeros((n, F), np.float32)
+    x[:, [i for i, name in enumerate(FEATURE_NAMES) if name.startswith("node_bmc_")]] = np.nan
+    return x
+
+
 def test_labels_mark_precursor_rows_of_the_faulty_gpu_and_exclude_the_broken_period():
     ts = np.arange(0, 20000, 600.0).repeat(2)
     node = np.array(["n1"] * len(ts), object)
@@ -45,7 +52,7 @@ def test_node_level_faults_label_every_gpu_and_app_errors_label_nothing():
 
 
 def test_rules_fire_in_priority_order_with_readable_reasons():
-    x = np.zeros((3, F), np.float32)
+    x = quiet_rows(3)
     x[1, col("xid_nvlink_count_short")] = 1
     x[2, col("xid_nvlink_count_short")] = 2
     x[2, col("xid_off_bus_count_short")] = 1
@@ -220,7 +227,7 @@ def test_failure_probability_never_drops_as_an_error_rate_grows():
 
 
 def _rule_on(**features):
-    x = np.zeros((1, F), np.float32)
+    x = quiet_rows(1)
     for k, v in features.items():
         x[0, col(k)] = v
     det = RulesDetector(FEATURE_NAMES)

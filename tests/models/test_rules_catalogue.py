@@ -131,6 +131,7 @@ def test_an_xid_naming_no_gpu_that_never_acts_alone_takes_no_action():
 def test_the_port_rule_fires_only_on_a_port_down_since_active_for_the_sustained_time():
     col = FEATURE_NAMES.index("net_port_down_after_active_s")
     x = np.zeros((3, len(FEATURE_NAMES)), np.float32)
+    x[:, [i for i, n in enumerate(FEATURE_NAMES) if n.startswith("node_bmc_")]] = np.nan  # no BMC (a 0 margin fires)
     x[:, col] = [0.0, PORT_DOWN_SUSTAINED_S - 10, PORT_DOWN_SUSTAINED_S]
     x[:, FEATURE_NAMES.index("net_ports_not_active_frac_short")] = 1.0  # a never-active port: frac alone never fires
     r = RulesDetector(FEATURE_NAMES)

@@ -83,6 +83,31 @@ def events_frame(f: Fleet, xids: list[tuple[float, int, int | None, int]]) -> pd
     })
 
 
+def bmc_events_frame(f: Fleet) -> pd.DataFrame:
+    """BMC events as the ipmi source gives them: an inlet and a fan reading per node per minute (each
+    node at its own second), a benign SEL entry, and a power supply failing on node 1 half way."""
+    from collector.sources.bmc_common import sensor_event
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for m in range(int(f.samples * f.interval_s // 60)):
+        for n in range(f.nodes):
+            ts = f.t0 + 60.0 * m + 3.0 + 7.0 * n + rng.uniform(0, 2)
+            node = f"gpu-node-{n:03d}"
+            rows.append(sensor_event(node, ts, "Inlet Temp", "temperature", float(24 + rng.integers(0, 3) + m),
+                                     "degrees C", "ok", {"upper_critical": 45.0}, "ipmi"))
+            rows.append(sensor_event(node, ts, "FAN1", "fan", float(7000 - 100 * rng.integers(0, 20)), "RPM", "ok",
+                                     {"lower_critical": 1000.0}, "ipmi"))
+    mid = f.t0 + f.samples * f.interval_s / 2
+    for dt, node, sensor, text, up in ((0.0, 0, "Fan #0x30", "Lower Non-critical going low", True),
+                                      (1.0, 1, "Power Supply #0x01", "Failure detected", True)):
+        rows.append({"ts": mid + dt, "node": f"gpu-node-{node:03d}", "gpu": None, "source": "bmc", "kind": "sel",
+                     "code": 3, "pci_bus_id": None, "sel_id": 3, "sensor": sensor,
+                     "sensor_type": sensor.split(" #")[0], "event_text": text, "asserted": up, "message": text})
+    df = pd.DataFrame(rows).astype({"gpu": "Int16", "code": "Int32", "pci_bus_id": "string"})
+    return df.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
 def telemetry_messages(gpu: pd.DataFrame, net: pd.DataFrame | None, interval_s: float) -> list[tuple[str, bytes]]:
     """One wire message per node per sampling interval (what a collector sends), in time order.
 

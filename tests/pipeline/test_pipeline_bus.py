@@ -12,7 +12,7 @@ from pipeline.bus import InProcessBus, make_bus
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 from pipeline.worker import StreamWorker
-from tests.pipeline.synth import Fleet, event_messages, events_frame, gpu_frame, net_frame, telemetry_messages
+from tests.pipeline.synth import Fleet, bmc_events_frame, event_messages, events_frame, gpu_frame, net_frame, telemetry_messages
 
 SETTINGS = PipelineSettings(cadence_s=60, bucket_s=60, short_window_s=60, long_window_s=600)
 
@@ -44,6 +44,7 @@ def test_live_messages_on_the_in_process_bus_give_exactly_the_replay_features() 
     fleet = Fleet(nodes=5, gpus=4, ports=2, samples=40, interval_s=10.0, jitter_s=1.0)
     g, n = gpu_frame(fleet), net_frame(fleet)
     e = events_frame(fleet, [(35, 0, 1, 79), (36, 1, None, 48), (200, 3, 2, 13)])
+    e = pd.concat([e, bmc_events_frame(fleet)], ignore_index=True)  # BMC readings and SEL entries too
     bus = InProcessBus(partitions=4)
     msgs = telemetry_messages(g, n, fleet.interval_s)
     for node, raw in msgs:
@@ -52,7 +53,10 @@ def test_live_messages_on_the_in_process_bus_give_exactly_the_replay_features() 
         bus.produce(TOPIC_EVENTS, node, raw)
     worker, got = consume_all(bus, len(msgs) + len(e))
     assert worker.pipeline.counts.late_rows == 0
-    assert_same(got, replay(g, n, e))
+    want = replay(g, n, e)
+    assert_same(got, want)
+    f = pd.concat([b.to_frame() for b in want])
+    assert f["node_bmc_inlet_margin_c"].notna().any() and f["node_bmc_psu_fail_count_short"].max() == 1
 
 
 def test_bad_messages_and_samples_are_dead_lettered_with_a_reason_while_good_ones_still_yield_features() -> None:
