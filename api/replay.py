@@ -170,7 +170,8 @@ class Replayer:
         c = pipe.counts
         result.stats = {"gpu_samples": c.gpu_rows, "port_samples": c.net_rows, "xid_events": c.xid_rows,
                         "rejected_rows": c.rejected_rows, "late_rows": c.late_rows, "ticks": c.ticks,
-                        "baseline_restarts": c.baseline_restarts, "gpu_swaps": c.gpu_swaps,
+                        "baseline_restarts": c.baseline_restarts, "unplanned_resets": c.unplanned_resets,
+                        "gpu_swaps": c.gpu_swaps,
                         "muted_node_ticks": c.muted_node_ticks,
                         "wall_s": round(seconds, 2), "cpu_s": round(cpu, 2), "stage_cpu_s": stages,
                         "gpu_samples_per_s": round(c.gpu_rows / max(seconds, 1e-9)),

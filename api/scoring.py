@@ -94,6 +94,7 @@ class ScoringCounters:
     cold_nodes: int = 0         # nodes marked cold in the last tick
     baseline_restarts: int = 0  # parts whose baseline restarted (reset, reboot, GPU swap)
     gpu_swaps: int = 0          # new gpu_uuid at a known (node, index)
+    unplanned_resets: int = 0   # parts reset outside a repair: baseline kept
     muted_node_ticks: int = 0   # node-ticks with frozen baselines (maintenance, silences)
     last_tick_ts: float | None = None
     watermark: float | None = None
@@ -315,6 +316,7 @@ class ScoringWorker:
         pc = self.pipeline.counts
         c.samples = pc.gpu_rows
         c.baseline_restarts, c.gpu_swaps, c.muted_node_ticks = pc.baseline_restarts, pc.gpu_swaps, pc.muted_node_ticks
+        c.unplanned_resets = pc.unplanned_resets
         c.reread = self.bus.skipped
         wm = self.stream.watermark()
         if np.isfinite(wm):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collector.commands import RESULT_KIND, RESULT_SOURCE
 from pipeline.columns import (
     GPU_VALUE_COLUMNS,
     NET_STATE_COUNTERS,
@@ -116,11 +117,13 @@ def xid_rows_from_frame(df: pd.DataFrame | None, keys: Keys, max_gpus: int) -> X
 
 
 def maintenance_from_frame(df: pd.DataFrame | None) -> list[dict[str, Any]]:
-    """The operator maintenance events of an events frame as records (the bus's shape: a
-    ``nodes`` list, ``start``, ``end``), for :meth:`pipeline.stream.FeaturePipeline.ingest_events`."""
+    """The operator maintenance events and the agent's command results of an events frame as
+    records (the bus's shape: a ``nodes`` list, ``start``, ``end``), for
+    :meth:`pipeline.stream.FeaturePipeline.ingest_events`."""
     if df is None or len(df) == 0 or "source" not in df.columns or "kind" not in df.columns:
         return []
-    keep = (df["source"].to_numpy(object) == "operator") & (df["kind"].to_numpy(object) == "maintenance")
+    source, kind = df["source"].to_numpy(object), df["kind"].to_numpy(object)
+    keep = ((source == "operator") & (kind == "maintenance")) | ((source == RESULT_SOURCE) & (kind == RESULT_KIND))
     if not keep.any():
         return []
     out = []

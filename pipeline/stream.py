@@ -14,7 +14,8 @@ counted in :attr:`FeaturePipeline.counts` (``late_rows``), never silently lost.
 
 Operator context (issue 13, docs/pipeline.md "Muted time and repairs"): while a node is
 muted (:mod:`pipeline.muted`: a maintenance event, a silence) its parts' baselines are
-frozen; a part reset, rebooted or swapped restarts its baseline at the prior.
+frozen; a part swapped, or reset or rebooted as a repair (in or just after muted time, or by
+gpuops' own command), restarts its baseline at the prior.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from collector.commands import ResultStatus, result_from_event
 from collector.operator_events import OperatorEventError, maintenance_window
 from pipeline.batch import FeatureBatch
 from pipeline.bmc import BmcRows, NodeBmcState, bmc_rows_from_frame
@@ -52,6 +54,8 @@ class PipelineCounts:
     ticks: int = 0
     #: parts (GPUs and ports) whose baseline restarted at the prior: reset, reboot or swap
     baseline_restarts: int = 0
+    #: parts reset or rebooted outside a repair context: baseline kept (pipeline/muted.py)
+    unplanned_resets: int = 0
     #: GPU swaps seen (a new gpu_uuid at a (node, index) that had another)
     gpu_swaps: int = 0
     #: node-ticks muted (maintenance or silence): their parts' baselines were frozen
@@ -75,6 +79,7 @@ class FeaturePipeline:
         self.muted = MutedTime()
         self.closed_until = -math.inf  # end of the last tick folded into state
         self._swaps: list[tuple[int, float]] = []  # (slot, ts of the new GPU's first sample), not yet folded
+        self._swapped: dict[int, set[int]] = {}    # tick -> GPU slots swapped in it, folded, not yet closed
         self._gpu: list[GpuRows] = []
         self._net: list[NetRows] = []
         self._xid: list[XidRows] = []
@@ -110,9 +115,15 @@ class FeaturePipeline:
         self.ingest_events(maintenance_from_frame(events))
 
     def ingest_events(self, events: Iterable[Mapping[str, Any]]) -> None:
-        """Take the operator maintenance events among *events* (records) as muted time; others
-        are ignored (the bus worker hands in ``Decoded.events``, replay the recording's)."""
+        """Take the operator maintenance events among *events* (records) as muted time, and the
+        commands gpuops' agent carried out as repairs (:meth:`MutedTime.add_repair`); others are
+        ignored (the bus worker hands in ``Decoded.events``, replay the recording's)."""
         for ev in events:
+            result = result_from_event(ev)
+            if result is not None:
+                if result.status is ResultStatus.SUCCEEDED:
+                    self.muted.add_repair(result.node, result.at)
+                continue
             try:
                 window = maintenance_window(ev)
             except OperatorEventError:
@@ -184,15 +195,37 @@ class FeaturePipeline:
             return None
         due = [sw for sw in self._swaps if sw[1] < before]
         self._swaps = [sw for sw in self._swaps if sw[1] >= before]
+        cad = self.settings.cadence_s
+        for slot, ts in due:  # a swap always restarts, repair context or not
+            self._swapped.setdefault(math.floor(ts / cad), set()).add(int(slot))
         return np.array(due, np.float64).reshape(-1, 2).T
+
+    def _restart_repaired(self, k: int, gpus: np.ndarray, ports: np.ndarray, tick_end: float) -> None:
+        """Restart the baselines of the parts reset in tick *k* as a repair, and of swapped GPUs.
+
+        A reset outside a repair context (:meth:`MutedTime.nodes_repairing`) keeps the part's
+        baseline: the same part, with the history a failing part leaves (counted as
+        ``unplanned_resets``)."""
+        swapped = np.fromiter(self._swapped.pop(k, ()), np.intp)
+        if not (len(gpus) or len(ports) or len(swapped)):
+            return
+        repairing = self.muted.nodes_repairing(self.keys.nodes, tick_end - self.settings.cadence_s, tick_end)
+        if repairing is None:
+            keep_g, keep_p = _NO_SLOTS, _NO_SLOTS
+        else:
+            keep_g = gpus[repairing[self.keys.gpus.slot_node[gpus]]]
+            keep_p = ports[repairing[self.keys.ports.port_node[ports]]]
+        restart_g = np.union1d(keep_g, np.intersect1d(gpus, swapped)).astype(np.intp)
+        self.counts.unplanned_resets += len(gpus) - len(restart_g) + len(ports) - len(keep_p)
+        if len(restart_g) or len(keep_p):
+            self.counts.baseline_restarts += self.baselines.restart(restart_g, keep_p)
 
     def _close_tick(self, k: int, gpu: Folded | None, net: Folded | None, xid: XidRows, bmc: BmcRows) -> FeatureBatch:
         s = self.settings
         tick_end = (k + 1) * s.cadence_s
-        repaired_gpus = self.gpu_state.apply(gpu, k) if gpu is not None else _NO_SLOTS
-        repaired_ports = self.port_state.apply(net, k) if net is not None else _NO_SLOTS
-        if len(repaired_gpus) or len(repaired_ports):
-            self.counts.baseline_restarts += self.baselines.restart(repaired_gpus, repaired_ports)
+        reset_gpus = self.gpu_state.apply(gpu, k) if gpu is not None else _NO_SLOTS
+        reset_ports = self.port_state.apply(net, k) if net is not None else _NO_SLOTS
+        self._restart_repaired(k, reset_gpus, reset_ports, tick_end)
         muted = self.muted.nodes_muted(self.keys.nodes, tick_end - s.cadence_s, tick_end)
         if muted is not None:
             self.counts.muted_node_ticks += int(muted.sum())

@@ -1,6 +1,7 @@
 """Operator context in the pipeline (issue 13): per-part baselines learn nothing from muted time
-(maintenance events, silences), and a repaired part — GPU reset, reboot, port reset, a new GPU at
-the same index — starts a new baseline, with lifetime counters re-anchored on a swap. Live and
+(maintenance events, silences), and a repaired part — GPU reset, reboot or port reset in or just
+after muted time or by gpuops' own command, a new GPU at the same index — starts a new baseline,
+with lifetime counters re-anchored on a swap; a reset on its own keeps the part's history. Live and
 replay still give the same features."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collector.commands import CommandResult, ResultStatus, result_event
 from collector.operator_events import maintenance_event
 from collector.wire import TOPIC_EVENTS, TOPIC_TELEMETRY, decode_telemetry, encode_event, encode_telemetry_arrow
 from pipeline.batch import FeatureBatch
@@ -104,25 +106,58 @@ def test_muted_time_neither_learns_nor_forgets_and_features_still_read_the_froze
 # ---- repairs ---------------------------------------------------------------------------------
 
 
-def test_a_gpu_reset_restarts_that_gpus_baseline_and_not_its_neighbours() -> None:
+def _reset_at(g: pd.DataFrame, fleet: Fleet, node: int, gpu: int, at: float = 1800.0) -> pd.DataFrame:
+    """GPU *gpu* of *node* is reset at *at*: its volatile corrected-ECC counter drops to 0."""
+    g = g.copy()
+    after = _rows(g, fleet, node, gpu, at)
+    g.loc[after, "ecc_sbe_vol"] -= g.loc[after, "ecc_sbe_vol"].min()
+    return g
+
+
+def _window(fleet: Fleet, start: float, end: float, node: str = "gpu-node-000") -> pd.DataFrame:
+    return pd.DataFrame([maintenance_event([node], fleet.t0 + start, fleet.t0 + end, "reseat", author="bob")])
+
+
+def test_a_gpu_reset_as_a_repair_restarts_that_gpus_baseline_and_not_its_neighbours() -> None:
     fleet = Fleet(nodes=1, gpus=3, ports=0, samples=240, interval_s=10.0, seed=5)
-    g = gpu_frame(fleet)
-    after = _rows(g, fleet, 0, 1, 1800.0)
-    g.loc[after, "ecc_sbe_vol"] -= g.loc[after, "ecc_sbe_vol"].min()  # the volatile counter drops to 0
-    pipe, _ = replay(g, until=fleet.t0 + 1860)  # up to and including the reset's tick
-    assert pipe.counts.baseline_restarts == 1
+    g = _reset_at(gpu_frame(fleet), fleet, 0, 1)
+    # the reset comes 10 minutes after a maintenance window ended: the reboot that closes it
+    pipe, _ = replay(g, events=_window(fleet, 600.0, 1200.0), until=fleet.t0 + 1860)
+    assert (pipe.counts.baseline_restarts, pipe.counts.unplanned_resets) == (1, 0)
     _, t_reset = gpu_baseline(pipe, 0, 1)
     assert t_reset[SBE] <= SETTINGS.cadence_s  # only the reset tick's short window since the restart
     for neighbour in (0, 2):
-        assert gpu_baseline(pipe, 0, neighbour)[1][SBE] > 1500.0
+        assert gpu_baseline(pipe, 0, neighbour)[1][SBE] > 1000.0
 
 
-def test_a_port_counter_reset_restarts_that_ports_baseline_only() -> None:
+def test_a_reset_outside_any_repair_keeps_the_parts_history() -> None:
+    fleet = Fleet(nodes=1, gpus=2, ports=0, samples=240, interval_s=10.0, seed=5)
+    g = _reset_at(gpu_frame(fleet), fleet, 0, 1)
+    # no window at all, and one that ended 3,800 s (more than the hour of grace) before the reset
+    for events in (None, _window(fleet, -4000.0, -2000.0)):
+        pipe, _ = replay(g, events=events, until=fleet.t0 + 1860)
+        assert (pipe.counts.baseline_restarts, pipe.counts.unplanned_resets) == (0, 1)
+        assert gpu_baseline(pipe, 0, 1)[1][SBE] > 1500.0  # the GPU that reset on its own kept its baseline
+
+
+def test_a_reset_after_gpuops_own_command_is_a_repair() -> None:
+    fleet = Fleet(nodes=2, gpus=1, ports=0, samples=240, interval_s=10.0, seed=9)
+    g = _reset_at(_reset_at(gpu_frame(fleet), fleet, 0, 0), fleet, 1, 0)
+    result = result_event(CommandResult(command_id="act-1", node="gpu-node-000", gpu=0,
+                                               status=ResultStatus.SUCCEEDED, detail="reset",
+                                               at=fleet.t0 + 1790.0))
+    pipe, _ = replay(g, events=pd.DataFrame([result]), until=fleet.t0 + 1860)
+    assert (pipe.counts.baseline_restarts, pipe.counts.unplanned_resets) == (1, 1)
+    assert gpu_baseline(pipe, 0, 0)[1][SBE] <= SETTINGS.cadence_s  # reset by gpuops: a new baseline
+    assert gpu_baseline(pipe, 1, 0)[1][SBE] > 1500.0                # reset on its own: history kept
+
+
+def test_a_port_counter_reset_in_maintenance_restarts_that_ports_baseline_only() -> None:
     fleet = Fleet(nodes=1, gpus=1, ports=2, samples=240, interval_s=10.0, seed=6)
     n = net_frame(fleet)
     after = ((n["device"] == "mlx5_1") & (n["ts"] - fleet.t0 >= 1800.0)).to_numpy()
     n.loc[after, "symbol_error"] -= n.loc[after, "symbol_error"].min()
-    pipe, _ = replay(gpu_frame(fleet), n, until=fleet.t0 + 1860)
+    pipe, _ = replay(gpu_frame(fleet), n, _window(fleet, 1700.0, 1900.0), until=fleet.t0 + 1860)
     assert pipe.counts.baseline_restarts == 1
     slots = {dev: s for s, (_, dev, _) in enumerate(pipe.keys.ports.keys)}
     j = NET_ERROR_COUNTERS.index("symbol_error")
@@ -178,7 +213,7 @@ def test_live_and_replay_give_the_same_features_with_maintenance_resets_and_swap
     maint = maintenance(fleet, nodes=("gpu-node-000", "gpu-node-002"))
     want_pipe, want = replay(g, n, pd.concat([xids, pd.DataFrame([maint])], ignore_index=True))
     assert want_pipe.counts.muted_node_ticks == 40 and want_pipe.counts.gpu_swaps == 1
-    assert want_pipe.counts.baseline_restarts == 2
+    assert (want_pipe.counts.baseline_restarts, want_pipe.counts.unplanned_resets) == (1, 1)  # swap; reset
 
     bus = InProcessBus(partitions=3)
     msgs = telemetry_messages(g, n, fleet.interval_s)
@@ -195,7 +230,7 @@ def test_live_and_replay_give_the_same_features_with_maintenance_resets_and_swap
     worker.drain()
     c = worker.pipeline.counts
     assert c.late_rows == 0 and worker.deadlettered == 0
-    assert (c.muted_node_ticks, c.gpu_swaps, c.baseline_restarts) == (40, 1, 2)
+    assert (c.muted_node_ticks, c.gpu_swaps, c.baseline_restarts, c.unplanned_resets) == (40, 1, 1, 1)
     assert [b.ts for b in got] == [b.ts for b in want]
     for a, b in zip(got, want):
         pd.testing.assert_frame_equal(a.to_frame(), b.to_frame(), check_exact=True)
