@@ -25,7 +25,7 @@ import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from collector.recording import open_recording
-from pipeline.features import FEATURE_NAMES
+from pipeline.features import FEATURE_INDEX, FEATURE_NAMES
 from pipeline.frames import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
@@ -152,15 +152,28 @@ def train_bundle(recordings: Sequence[str | Path], settings: TrainSettings = Tra
         raise TrainingError("no failure precursors in the training part of the recordings: "
                             "use longer recordings or a higher --rate-multiplier")
     log.info("training on %d rows (%d positive), validating on %d", len(yt), int((yt != NO_FAULT).sum()), len(yv))
-    inputs = model_inputs(FEATURE_NAMES)
+    inputs, no_data = inputs_with_data(model_inputs(FEATURE_NAMES), xt)
+    if no_data:
+        log.info("left out of the model inputs, no value in the training rows: %s", ", ".join(no_data))
     clf = FailureClassifier(FEATURE_NAMES, inputs, seed=settings.seed)
     clf.fit(xt, yt, sample_weight=wt, x_val=xv, y_val=yv, w_val=wv)
     anomaly = AnomalyDetector(FEATURE_NAMES, inputs, seed=settings.seed).fit(xt, yt, x_val=xv, y_val=yv)
     metrics = validation_metrics(clf, xv, yv, wv)
     meta = {"pipeline": pipeline_signature(pipeline_settings), "training": {"recordings": [str(r) for r in recordings], "settings": asdict(settings),
                          "rows": per_rec, "train_rows": int(len(yt)), "val_rows": int(len(yv)),
+                         "inputs_without_data": list(no_data),
                          "seconds": round(time.perf_counter() - t0, 1)}}
     return ModelBundle(RulesDetector(FEATURE_NAMES), clf, anomaly, metadata=meta, metrics=metrics)
+
+
+def inputs_with_data(inputs: Sequence[str], x: np.ndarray) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(*inputs* with at least one finite value in the training rows *x*, those without).
+
+    A feature the training recordings never carry (BMC readings in recordings made without a
+    BMC source) teaches the model nothing, and an all-NaN column breaks scikit-learn's binning;
+    it is left out of the inputs rather than read as learnt."""
+    has = np.isfinite(x[:, [FEATURE_INDEX[n] for n in inputs]]).any(axis=0) if len(x) else np.zeros(len(inputs), bool)
+    return (tuple(n for n, h in zip(inputs, has) if h), tuple(n for n, h in zip(inputs, has) if not h))
 
 
 def validation_metrics(clf: FailureClassifier, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, Any]:

@@ -1,0 +1,36 @@
+"""Training leaves out model inputs the training recordings never carry (issue 13's BMC
+features on recordings made without a BMC source): an all-NaN column teaches nothing, and it
+broke scikit-learn's binning (``window shape cannot be larger than input array shape``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from collector.simulator import SimConfig, simulate_recording
+from models.inputs import model_inputs
+from models.training import TrainSettings, inputs_with_data, train_bundle
+from pipeline.features import FEATURE_INDEX, FEATURE_NAMES
+
+BMC = tuple(n for n in FEATURE_NAMES if n.startswith("node_bmc_"))
+
+
+def test_inputs_without_a_finite_value_are_left_out_in_order() -> None:
+    inputs = model_inputs(FEATURE_NAMES)
+    x = np.zeros((3, len(FEATURE_NAMES)), np.float32)
+    x[:, [FEATURE_INDEX[n] for n in BMC]] = np.nan
+    x[1, FEATURE_INDEX[BMC[0]]] = 2.0  # one value is enough
+    kept, left = inputs_with_data(inputs, x)
+    assert left == BMC[1:]
+    assert kept == tuple(n for n in inputs if n not in BMC[1:])
+    assert inputs_with_data(inputs, x[:0]) == ((), inputs)
+
+
+def test_a_model_trains_on_recordings_without_bmc_and_says_what_it_left_out(tmp_path: Path) -> None:
+    rec = tmp_path / "no-bmc"
+    simulate_recording(SimConfig(nodes=8, hours=6, seed=4, rate_multiplier=1500, bmc=False), rec)
+    bundle = train_bundle([rec], TrainSettings(seed=0))
+    assert set(BMC) <= set(bundle.metadata["training"]["inputs_without_data"])
+    assert not set(BMC) & set(bundle.classifier.inputs)
+    assert bundle.classifier.inputs and bundle.anomaly.inputs == bundle.classifier.inputs
