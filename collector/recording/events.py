@@ -30,6 +30,7 @@ event's ``nodes``/``start``/``end``) are kept as columns, a field an event lacks
 
 from __future__ import annotations
 
+import gzip
 import logging
 import math
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from collector.schema import RecordType, empty_frame, validate_frame, validate_record
@@ -50,7 +52,7 @@ log = logging.getLogger(__name__)
 #: merge per-node batches are out of order by seconds to minutes.
 MAX_REORDER_LAG_S = 3600.0
 
-_NONE = type(None)
+_INF = (math.inf, -math.inf)
 
 
 def _is_ts(v: Any) -> bool:
@@ -64,84 +66,125 @@ class EventScan:
     lo: float    # ts of the first valid event (inf when none)
     hi: float    # ts of the last valid event (-inf when none)
     lag: float   # most a line's ts is behind the largest ts before it, s (0: in time order)
-    lines: int   # JSON objects read
+    lines: int   # lines holding something (JSON objects, and lines that only look like one)
 
 
 def scan_events(path: Path) -> EventScan:
-    """One pass over *path*, nothing kept per line (see the module docstring)."""
+    """One pass over *path*, nothing kept per line (see the module docstring).
+
+    A line is parsed only when its ``ts`` cannot be read from its start (:func:`_leading_ts`)
+    or it would move the range or the lag, so a file in time order costs a float per line.
+    """
     lo, hi, top, lag, n = math.inf, -math.inf, -math.inf, 0.0, 0
-    for obj in iter_jsonl(path, []):
-        n += 1
-        ts = obj.get("ts")
-        if not _is_ts(ts):
-            continue
-        if ts >= top:
-            top = ts
-        elif top - ts > lag and validate_record(obj, RecordType.EVENT) is None:
-            lag = top - ts  # a line the contract rejects anyway need not be waited for
-        # an extreme counts only if the event is valid (validated only then: rarely in a sorted file)
-        if (ts < lo or ts > hi) and validate_record(obj, RecordType.EVENT) is None:
-            lo, hi = min(lo, ts), max(hi, ts)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        for line in fh:
+            obj = None
+            ts = _leading_ts(line)
+            if ts is None:
+                obj = _loads(line)
+                if obj is None:
+                    continue
+                ts = obj.get("ts")
+                if not _is_ts(ts):
+                    n += 1
+                    continue
+            n += 1
+            if ts >= top:
+                top = ts
+            elif top - ts > lag:  # a valid line this far behind: windows wait that long for it
+                obj = obj or _loads(line)
+                if _valid(obj):
+                    lag = max(lag, top - obj["ts"])
+            if ts < lo or ts > hi:  # an extreme counts only if its event is valid
+                obj = obj or _loads(line)
+                if _valid(obj):
+                    lo, hi = min(lo, obj["ts"]), max(hi, obj["ts"])
     return EventScan(float(lo), float(hi), float(lag), n)
 
 
+def _leading_ts(line: bytes) -> float | None:
+    """The ts of a line that starts ``{"ts":<number>,`` and names ts once (as our writer and
+    the agent write every event); ``None`` when it must be parsed to tell. A line that only
+    looks so (not valid JSON) can only make the lag larger: windows wait longer, never less."""
+    if line.startswith(b'{"ts":') and line.count(b'"ts"') == 1:
+        end = line.find(b",", 6)
+        if end > 0:
+            try:
+                ts = float(line[6:end])
+            except ValueError:
+                return None
+            return ts if math.isfinite(ts) else None
+    return None
+
+
+def _loads(line: bytes) -> dict[str, Any] | None:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _valid(obj: dict[str, Any] | None) -> bool:
+    return obj is not None and _is_ts(obj.get("ts")) and validate_record(obj, RecordType.EVENT) is None
+
+
 class EventColumns:
-    """Events gathered as one list per field (first-seen order), rows in arrival order."""
+    """Events gathered for one frame, the frame's rows sorted by ts (stable: ties in arrival order).
+
+    Events come in a few shapes (the same fields in the same order: a BMC reading, a SEL
+    entry, an XID). Each row is kept as the tuple of its values under its shape, about half
+    the memory of the dict it came from; a frame is built per shape from its tuples (pandas
+    reads them column by column in C, as it reads a list of dicts), the shapes concatenated,
+    and the rows put in order with one ``lexsort`` on (ts, arrival).
+    """
 
     def __init__(self) -> None:
-        self.cols: dict[str, list[Any]] = {}
+        self._shapes: dict[tuple[str, ...], tuple[list[int], list[tuple[Any, ...]]]] = {}
         self.n = 0
 
     def append(self, obj: Mapping[str, Any]) -> None:
-        n, cols = self.n, self.cols
-        for k, v in obj.items():
-            col = cols.get(k)
-            if col is None:
-                col = cols[k] = [None] * n
-            elif len(col) < n:  # fields the last rows lacked
-                col.extend([None] * (n - len(col)))
-            col.append(v)
-        self.n = n + 1
+        names = tuple(obj)
+        shape = self._shapes.get(names)
+        if shape is None:
+            shape = self._shapes[names] = ([], [])
+        shape[0].append(self.n)
+        shape[1].append(tuple(obj.values()))
+        self.n += 1
 
     def frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame (not validated); contract columns only when there are none."""
+        """The rows as a DataFrame (not validated) sorted by ts, arrival order within a ts (a
+        row whose ts is not a number goes last): a column per field any row has, null where a
+        row lacks it; the contract's columns only when there are no rows."""
         if not self.n:
             return pd.DataFrame({c: [] for c in RecordType.EVENT.column_names})
-        for col in self.cols.values():
-            if len(col) < self.n:
-                col.extend([None] * (self.n - len(col)))
-        return pd.DataFrame({k: _array(v) for k, v in self.cols.items()}, copy=False)
+        parts, arrival = [], []
+        for names, (rows, values) in self._shapes.items():
+            parts.append(pd.DataFrame(values, columns=list(names)) if names else pd.DataFrame(index=range(len(rows))))
+            arrival.extend(rows)
+        df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True, sort=False)
+        key = _sort_key(df["ts"].to_numpy()) if "ts" in df.columns else np.zeros(self.n)
+        order = np.lexsort((np.array(arrival), key))
+        if (order[1:] < order[:-1]).any():
+            df = df.take(order).reset_index(drop=True)
+        return df
 
 
-def _array(values: list[Any]) -> Any:
-    """A column list as an array without per-value inference where its types allow: numbers
-    (null as NaN; integers without null stay integers), strings (object); else the list."""
-    types = set(map(type, values))
-    has_null = _NONE in types
-    types.discard(_NONE)
-    if types <= {str}:
-        return np.array(values, dtype=object)
-    if types == {float} or types == {int, float} or (types == {int} and has_null):
-        return np.array(values, dtype=np.float64)
-    if types == {int}:
-        try:
-            return np.array(values, dtype=np.int64)
-        except OverflowError:
-            return values
-    return values  # booleans, lists, objects, mixed: as pandas reads them
+def _sort_key(ts: np.ndarray) -> np.ndarray:
+    """ts as float64 for ordering; a value that is not a number (a row to be rejected) as NaN."""
+    if ts.dtype.kind in "fiu":
+        return ts.astype(np.float64, copy=False)
+    return np.array([float(v) if _is_ts(v) else np.nan for v in ts], dtype=np.float64)
 
 
 def validated(cols: EventColumns, rejected: list[str]) -> pd.DataFrame:
     """*cols* validated against the contract and sorted by ts (stable); a reason for each row
     that breaks the contract is appended to *rejected*."""
-    res = validate_frame(cols.frame(), RecordType.EVENT)
+    res = validate_frame(cols.frame(), RecordType.EVENT)  # keeps the frame's order: by ts, stable
     if res.n_rejected:
         rejected.extend(res.rejected["reason"].astype(str))
-    valid = res.valid
-    ts = valid["ts"].to_numpy()
-    if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():
-        valid = valid.sort_values("ts", kind="stable")
-    return valid.reset_index(drop=True)
+    return res.valid
 
 
 def log_rejected(path: Path, bad_lines: list[str], rejected: list[str]) -> None:
@@ -186,43 +229,46 @@ class EventWindows:
         """Events read and not handed out yet (what this reader holds in memory)."""
         return sum(c.n for c in self._open.values())
 
-    def _index(self, ts: float) -> int:
-        """The window of *ts*, with the bounds computed as :meth:`window` computes them."""
-        lo, w = self.lo, self.w
-        j = math.floor((ts - lo) / w)
-        if ts < lo + j * w:
-            j -= 1
-        elif ts >= lo + (j + 1) * w:
-            j += 1
-        return j
+    def _outside(self, obj: Mapping[str, Any], ts: float, late: bool) -> None:
+        """A line no window takes: before or after the range read (counted when invalid), or
+        behind a window already handed out: invalid, or the file changed since it was scanned."""
+        why = validate_record(obj, RecordType.EVENT)
+        if why or late:
+            self._rejected.append(why or f"ts {ts} out of time order by more than the scan found ({self.lag} s): "
+                                         "file changed while read?")
 
     def window(self, k: int) -> pd.DataFrame:
         """The valid events of window *k*, sorted by ts (stable); *k* must follow the last one."""
         if k != self._next:
             raise ValueError(f"windows are read in order: asked for {k}, next is {self._next}")
         self._next = k + 1
-        b = self.lo + (k + 1) * self.w
-        while not self._eof and self._top - self.lag < b:
-            obj = next(self._lines, None)
-            if obj is None:
-                self._eof = True
-                break
-            ts = obj.get("ts")
-            if not _is_ts(ts):
-                self._rejected.append(validate_record(obj, RecordType.EVENT) or "ts is not a finite number")
-                continue
-            self._top = max(self._top, ts)
-            j = self._index(ts)
-            if j < k or j >= self.n:  # outside the range read, or late: invalid (see the lag)
-                why = validate_record(obj, RecordType.EVENT)
-                if why or j >= 0 and j < self.n:
-                    self._rejected.append(why or f"ts {ts} out of time order by more than the file's scan found "
-                                                 f"({self.lag} s): changed while read?")
-                continue
-            cols = self._open.get(j)
-            if cols is None:
-                cols = self._open[j] = EventColumns()
-            cols.append(obj)
+        lo, w, lag, n_windows, top = self.lo, self.w, self.lag, self.n, self._top
+        b = lo + (k + 1) * w
+        if not self._eof and top - lag < b:
+            self._eof = True  # unless a line past the window's end (plus lag) stops the read first
+            for obj in self._lines:  # one step per line: kept lean (hundreds of thousands a day)
+                ts = obj.get("ts")
+                if not (type(ts) is float or _is_ts(ts)) or ts != ts or ts in _INF:
+                    self._rejected.append(validate_record(obj, RecordType.EVENT) or "ts is not a finite number")
+                    continue
+                j = math.floor((ts - lo) / w)
+                if ts < lo + j * w:  # the bounds exactly as the windows compute them
+                    j -= 1
+                elif ts >= lo + (j + 1) * w:
+                    j += 1
+                if j < k or j >= n_windows:  # outside the range read, or late: invalid (see the lag)
+                    self._outside(obj, ts, 0 <= j < n_windows)
+                else:
+                    cols = self._open.get(j)
+                    if cols is None:
+                        cols = self._open[j] = EventColumns()
+                    cols.append(obj)
+                if ts > top:
+                    top = ts
+                    if top - lag >= b:
+                        self._eof = False
+                        break
+            self._top = top
         cols = self._open.pop(k, None)
         if cols is None:
             return empty_frame(RecordType.EVENT)
