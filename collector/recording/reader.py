@@ -88,10 +88,7 @@ class Recording:
             if self._events is None:
                 self._events = read_events(p)
             return self._events
-        src = None if sources is None else frozenset(sources)
-        knd = None if kinds is None else frozenset(kinds)
-        return read_events(p, lambda e: (src is None or e.get("source") in src)
-                           and (knd is None or e.get("kind") in knd))
+        return read_events(p, sources, kinds)
 
     def _events_scanned(self) -> tuple[Path, EventScan] | None:
         """The events file and its scan (range, lag; see :mod:`.events`), scanned once."""
