@@ -35,7 +35,6 @@ import logging
 import math
 import re
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Any, Collection, Mapping
 
@@ -55,7 +54,6 @@ log = logging.getLogger(__name__)
 MAX_REORDER_LAG_S = 3600.0
 
 _INF = (math.inf, -math.inf)
-_NONE = type(None)
 
 
 def _is_ts(v: Any) -> bool:
@@ -138,10 +136,10 @@ class EventColumns:
 
     Events come in a few shapes (the same fields in the same order: a BMC reading, a SEL
     entry, an XID). Each row is kept as the tuple of its values under its shape, about half
-    the memory of the dict it came from. A frame transposes each shape's tuples into
-    columns (``zip``), types each column once (:func:`_typed`: numbers straight into float64,
-    so validation takes the numeric fast path), joins the shapes' columns and puts the rows
-    in order with one ``lexsort`` on (ts, arrival): no Python step per value.
+    the memory of the dict it came from. A frame is one pandas construction from the tuples
+    (read column by column in C, as pandas reads a list of dicts; rows of a shape lacking a
+    field of the most common one are padded, one step per row), and the rows are put in
+    order with one ``lexsort`` on (ts, arrival).
     """
 
     def __init__(self) -> None:
@@ -163,52 +161,24 @@ class EventColumns:
         row lacks it; the contract's columns only when there are no rows."""
         if not self.n:
             return pd.DataFrame({c: [] for c in RecordType.EVENT.column_names})
-        sizes = [len(rows) for rows, _ in self._shapes.values()]
-        typed: dict[str, dict[int, np.ndarray]] = {}
-        for i, (names, (_, values)) in enumerate(self._shapes.items()):
-            for name, col in zip(names, zip(*values)):  # transposed in C
-                typed.setdefault(name, {})[i] = _typed(col)
-        cols = {name: _joined(parts, sizes) for name, parts in typed.items()}
-        ts = cols.get("ts")
-        key = np.zeros(self.n) if ts is None else _sort_key(ts)
-        arrival = np.fromiter(chain.from_iterable(rows for rows, _ in self._shapes.values()), np.intp, self.n)
-        order = np.lexsort((arrival, key))
-        if (order[1:] > order[:-1]).all():  # one shape, in time order: nothing to move
-            return pd.DataFrame(cols, copy=False)
-        return pd.DataFrame({k: v[order] for k, v in cols.items()}, copy=False)
-
-
-def _typed(col: tuple[Any, ...]) -> np.ndarray:
-    """One field of one shape's rows as an array, typed once for the column: numbers as float64
-    (null as NaN; integers without null as int64), strings as objects, booleans without null
-    as bool, anything else (lists, mixed types) as objects."""
-    types = set(map(type, col))
-    has_null = _NONE in types
-    types.discard(_NONE)
-    if types <= {str}:
-        return np.array(col, dtype=object)
-    if types == {float} or types == {int, float} or (types == {int} and has_null):
-        return np.array(col, dtype=np.float64)
-    if types == {int}:
-        try:
-            return np.array(col, dtype=np.int64)
-        except OverflowError:
-            pass
-    if types == {bool} and not has_null:
-        return np.array(col, dtype=bool)
-    return pd.Series(col, dtype=object).to_numpy()
-
-
-def _joined(parts: dict[int, np.ndarray], sizes: list[int]) -> np.ndarray:
-    """A field's arrays from the shapes that have it, null rows for those that do not (NaN
-    where every part is numeric, else None), concatenated in shape order."""
-    if len(parts) == len(sizes):
-        arrays = [parts[i] for i in range(len(sizes))]
-    else:
-        numeric = all(a.dtype.kind in "fiu" for a in parts.values())
-        arrays = [parts[i] if i in parts else np.full(m, np.nan if numeric else None, np.float64 if numeric else object)
-                  for i, m in enumerate(sizes)]
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        shapes = sorted(self._shapes.items(), key=lambda s: -len(s[1][0]))  # the most common first
+        names = list(dict.fromkeys(k for shape, _ in shapes for k in shape))
+        rows: list[tuple[Any, ...]] = []
+        arrival: list[int] = []
+        for shape, (pos, values) in shapes:
+            arrival.extend(pos)
+            if list(shape) == names[:len(shape)]:  # the same fields first: pad the others
+                pad = (None,) * (len(names) - len(shape))
+                rows.extend([v + pad for v in values] if pad else values)
+            else:  # a rarer shape: one Python step per row
+                where = [shape.index(k) if k in shape else -1 for k in names]
+                rows.extend([tuple(v[i] if i >= 0 else None for i in where) for v in values])
+        df = pd.DataFrame(rows, columns=names)  # pandas reads the tuples column by column in C
+        key = _sort_key(df["ts"].to_numpy()) if "ts" in df.columns else np.zeros(self.n)
+        order = np.lexsort((np.array(arrival), key))
+        if (order[1:] > order[:-1]).all():
+            return df
+        return df.take(order).reset_index(drop=True)
 
 
 def _sort_key(ts: np.ndarray) -> np.ndarray:
