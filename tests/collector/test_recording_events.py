@@ -171,3 +171,17 @@ def test_a_filtered_read_gives_the_whole_reads_rows_of_those_sources_and_kinds(s
     assert records(ops) == records(whole[whole["source"] == "operator"])
     sel = rec.events(sources=("bmc",), kinds=("sel", "xid"))
     assert records(sel) == records(whole[(whole["source"] == "bmc") & (whole["kind"] == "sel")])
+
+
+def test_a_filtered_read_judges_the_parsed_event_not_the_words_on_its_line(simulated, tmp_path):
+    lines = (simulated / "events.jsonl").read_bytes().splitlines()
+    t0 = orjson.loads(lines[0])["ts"]
+    extra = [orjson.dumps({"ts": t0 + 5.0, "node": "gpu-node-001", "source": "kmsg", "kind": "xid", "code": 79,
+                           "message": 'paged the "operator" about it'}),
+             orjson.dumps({"kind": "maintenance", "source": "operator", "node": "gpu-node-002", "ts": t0 + 6.0,
+                           "nodes": ["gpu-node-002"], "start": t0 + 6.0, "end": t0 + 600.0, "reason": "re-cable"})]
+    root = _copy_with_events(simulated, tmp_path / "words", lines[:10] + extra + lines[10:])
+    ops = open_recording(root).events(sources=("operator",))
+    assert ops["source"].tolist() == ["operator"] * 3 and ops["ts"].iloc[0] == t0 + 6.0
+    xids = open_recording(root).events(kinds=("xid",))
+    assert (xids["kind"] == "xid").all() and t0 + 5.0 in set(xids["ts"])
