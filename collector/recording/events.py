@@ -2,30 +2,29 @@
 
 Since nodes report BMC sensor readings (five sensors a minute per node), ``events.jsonl``
 grows ~2.8 MB per node-day: read whole into one DataFrame from a list of dicts, 64
-node-days took ~2.8 CPU s and 1 GB, and a 1,000-node-day recording would not fit.
+node-days took ~3 CPU s and ~1 GB, and a 1,000-node-day recording would not fit.
 
 spec/recording.md lets lines come in any order ("readers sort by ts"), so reading by
-window is two passes over the file, one JSON parse per line each:
+window is two passes over the file:
 
 1. :func:`scan_events` keeps nothing per line: the range of the valid events' ``ts`` (the
    window grid starts there, as it did when the whole table was read) and the file's
    *lag*: the most a valid event's ``ts`` falls behind the largest ``ts`` read before
-   it (0 for a file in time order, as our writer and the agent write it). Validity is
-   checked (:func:`collector.schema.validate_record`) only for a line that would move the
-   range or the lag, so a file in time order costs no check per line.
-2. :class:`EventWindows` gathers each line into the column lists of its window and hands
-   window *k* out once it has read a line ``lag`` seconds past the window's end: no later
-   valid line can belong to it (a late invalid one is counted as rejected). It holds
+   it (0 for a file in time order, as our writer and the agent write it). A line is
+   parsed and validated (:func:`collector.schema.validate_record`) only when it would
+   move the range or the lag, or its ``ts`` is not the plain number it starts with.
+2. :class:`EventWindows` parses each line into the rows of its window and hands window
+   *k* out once it has read a line ``lag`` seconds past the window's end: no later valid
+   line can belong to it (a late invalid one is counted as rejected). It holds
    ``window_s + lag`` of events; a file out of order by more than :data:`MAX_REORDER_LAG_S`
    is read all the same, with a warning, since its windows stay open that long (at worst
-   the whole file, as columns).
+   the whole file, as value tuples).
 
 A window's rows are validated (:func:`collector.schema.validate_frame`) and sorted by
 ``ts``, stably: the same events in the same order as slicing the whole sorted table.
-Frames are built from column lists (:class:`EventColumns`), numbers and strings straight
-into arrays, so only odd columns (lists, booleans, mixed types) go through pandas'
-per-value inference; fields outside the contract (BMC readings and thresholds, an operator
-event's ``nodes``/``start``/``end``) are kept as columns, a field an event lacks reads as null.
+Fields outside the contract (BMC readings and thresholds, an operator event's
+``nodes``/``start``/``end``/``reason``) are kept as columns; a field an event lacks reads as
+null. :func:`read_events` reads the whole file, or only some sources and kinds.
 """
 
 from __future__ import annotations
@@ -53,9 +52,6 @@ log = logging.getLogger(__name__)
 #: merge per-node batches are out of order by seconds to minutes.
 MAX_REORDER_LAG_S = 3600.0
 
-_INF = (math.inf, -math.inf)
-
-
 def _is_ts(v: Any) -> bool:
     return (type(v) is float or type(v) is int) and math.isfinite(v)
 
@@ -66,7 +62,7 @@ class EventScan:
 
     lo: float    # ts of the first valid event (inf when none)
     hi: float    # ts of the last valid event (-inf when none)
-    lag: float   # most a line's ts is behind the largest ts before it, s (0: in time order)
+    lag: float   # most a valid event's ts is behind the largest ts before it, s (0: in time order)
     lines: int   # lines holding something (JSON objects, and lines that only look like one)
 
 
@@ -270,7 +266,7 @@ class EventWindows:
             self._eof = True  # unless a line past the window's end (plus lag) stops the read first
             for obj in self._lines:  # one step per line: kept lean (hundreds of thousands a day)
                 ts = obj.get("ts")
-                if not (type(ts) is float or _is_ts(ts)) or ts != ts or ts in _INF:
+                if not _is_ts(ts):
                     self._rejected.append(validate_record(obj, RecordType.EVENT) or "ts is not a finite number")
                     continue
                 j = math.floor((ts - lo) / w)
