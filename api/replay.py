@@ -140,7 +140,7 @@ class Replayer:
                         rec.path / "net.parquet")
         m = rec.manifest
         pipe = FeaturePipeline(self.pipeline_settings)
-        self.maintenance = MaintenanceSchedule.from_frame(rec.events())
+        self.maintenance = MaintenanceSchedule.from_frame(rec.events(sources=("operator",)))  # not the BMC readings
         result = ReplayResult()
         states = [PolicyState(), PolicyState()]
         pending: list[FeatureBatch] = []
@@ -260,7 +260,7 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
     report: dict[str, Any] = {"recording": str(path), "decisions": decisions, "baseline_decisions": baseline,
                               "model": bundle_info, "policy": policy.model_dump(mode="json"),
                               "summary": result.stats}
-    report["operator_events"] = operator_timeline(rec.events())
+    report["operator_events"] = operator_timeline(rec.events(sources=("operator",)))
     report["suppressed"] = {"model": [s.to_dict() for s in result.suppressed],
                             "rules_baseline": [s.to_dict() for s in result.baseline_suppressed]}
     incidents = rec.incidents()

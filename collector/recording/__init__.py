@@ -13,7 +13,8 @@ by ``ts``, holding only one window in memory. Files written in time order (this
 module's writer, most collectors) are read with Parquet row-group pruning; unsorted
 files small enough to sort in memory are sorted once; larger unsorted ones are
 first partitioned by window into a temporary directory (one sequential pass), so a
-recording larger than memory can be replayed.
+recording larger than memory can be replayed. ``events.jsonl`` is streamed by window
+too (:mod:`.events`), so a file of BMC readings is never held whole.
 
 Rows that break the telemetry contract are not fatal: they are counted and kept,
 with their reason, in :attr:`RecordingWindow.rejected` (the caller dead-letters them).

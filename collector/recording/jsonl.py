@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -15,12 +15,16 @@ def jsonl_path(root: Path, stem: str) -> Path | None:
     return None
 
 
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Parse a JSON-lines file (plain or gzip); returns (objects, reasons for bad lines)."""
+def iter_jsonl(path: Path, bad: list[str], line_filter: Callable[[bytes], bool] | None = None
+               ) -> Iterator[dict[str, Any]]:
+    """The objects of a JSON-lines file (plain or gzip), one at a time, in file order; the
+    reason for each line that is not a JSON object is appended to *bad*. With *line_filter*,
+    only the lines it passes (raw bytes) are parsed at all."""
     opener = gzip.open if path.suffix == ".gz" else open
-    rows, bad = [], []
     with opener(path, "rb") as fh:
         for i, line in enumerate(fh, 1):
+            if line_filter is not None and not line_filter(line):
+                continue
             line = line.strip()
             if not line:
                 continue
@@ -32,5 +36,11 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             if not isinstance(obj, dict):
                 bad.append(f"line {i}: not a JSON object")
                 continue
-            rows.append(obj)
+            yield obj
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Parse a JSON-lines file (plain or gzip); returns (objects, reasons for bad lines)."""
+    bad: list[str] = []
+    rows = list(iter_jsonl(path, bad))
     return rows, bad

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Iterator, Mapping
 
-import numpy as np
 import pandas as pd
 
 from collector.schema import RecordType, empty_frame, validate_frame, validate_incident
 
+from .events import EventScan, EventWindows, read_events, scan_events
 from .jsonl import jsonl_path, read_jsonl
 from .manifest import Manifest, RecordingError
 from .tables import open_table
@@ -68,24 +68,38 @@ class Recording:
         if net.exists():
             self._tables[RecordType.NET] = open_table(net, RecordType.NET)
         self._events: pd.DataFrame | None = None
+        self._event_scan: EventScan | None = None
+
+    # -- events read whole (iter_windows streams them by window)
+
+    def events(self, *, sources: Collection[str] | None = None, kinds: Collection[str] | None = None
+               ) -> pd.DataFrame:
+        """Events (validated, sorted by ts); empty when the recording has none.
+
+        All of them by default: the whole file in memory (kept for the next call). With
+        *sources* and/or *kinds*, only the events whose ``source`` / ``kind`` is one of them,
+        chosen line by line before any frame is built (``sources=("operator",)`` reads the few
+        operator events of a file of BMC readings in little memory); not kept.
+        """
+        p = jsonl_path(self.path, "events")
+        if p is None:
+            return empty_frame(RecordType.EVENT)
+        if sources is None and kinds is None:
+            if self._events is None:
+                self._events = read_events(p)
+            return self._events
+        return read_events(p, sources, kinds)
+
+    def _events_scanned(self) -> tuple[Path, EventScan] | None:
+        """The events file and its scan (range, lag; see :mod:`.events`), scanned once."""
+        p = jsonl_path(self.path, "events")
+        if p is None:
+            return None
+        if self._event_scan is None:
+            self._event_scan = scan_events(p)
+        return p, self._event_scan
 
     # -- small tables, read whole
-
-    def events(self) -> pd.DataFrame:
-        """All events (validated, sorted by ts); empty when the recording has none."""
-        if self._events is None:
-            p = jsonl_path(self.path, "events")
-            if p is None:
-                self._events = empty_frame(RecordType.EVENT)
-            else:
-                rows, bad = read_jsonl(p)
-                df = pd.DataFrame(rows) if rows else pd.DataFrame({c: [] for c in RecordType.EVENT.column_names})
-                res = validate_frame(df, RecordType.EVENT)
-                if res.n_rejected or bad:
-                    log.warning("%s: %d event lines rejected (e.g. %s)", p, res.n_rejected + len(bad),
-                                (bad or list(res.rejected["reason"]))[:1])
-                self._events = res.valid.sort_values("ts", kind="stable").reset_index(drop=True)
-        return self._events
 
     def incidents(self) -> list[dict[str, Any]] | None:
         """Ground-truth incidents, or ``None`` when the recording has no incidents file."""
@@ -127,7 +141,11 @@ class Recording:
         validated); an optional contract column asked for but absent from the files reads
         as null; names neither in the contract nor in the files are ignored. Tables not
         named, and every table when *columns* is ``None``, read all their columns,
-        unknown extra ones included. Events are small and always read whole.
+        unknown extra ones included.
+
+        Events are streamed too (:class:`.events.EventWindows`): each window gets only its own
+        events, validated and sorted by ts (stable), in memory proportional to the window
+        (plus how far out of time order the file's lines are), not to the file.
         """
         if not window_s > 0:
             raise ValueError("window_s must be > 0")
@@ -136,28 +154,29 @@ class Recording:
         if align:
             lo = math.floor(lo / align) * align
         hi = hi if end is None else end
-        events = self.events()
+        scanned = self._events_scanned()
         wanted = {RecordType(k): set(v) for k, v in (columns or {}).items()}
         readers = {rt: WindowReader(t, lo, window_s, self.sort_budget_bytes, wanted.get(rt))
                    for rt, t in self._tables.items()}
+        n_windows = int(math.floor((hi - lo) / window_s)) + 1
+        events = None if scanned is None else EventWindows(*scanned, lo, window_s, n_windows)
         try:
-            n_windows = int(math.floor((hi - lo) / window_s)) + 1
-            ev_ts = events["ts"].to_numpy()
             for k in range(n_windows):
                 a, b = lo + k * window_s, lo + (k + 1) * window_s
                 parts = {rt: r.window(k) for rt, r in readers.items()}
                 gpu, gbad = parts[RecordType.GPU]
                 net, nbad = parts.get(RecordType.NET, (empty_frame(RecordType.NET), None))
-                i0, i1 = np.searchsorted(ev_ts, [a, b])
-                ev = events.iloc[i0:i1]
+                ev = empty_frame(RecordType.EVENT) if events is None else events.window(k)
                 if gpu.empty and net.empty and ev.empty and gbad is None and nbad is None:
                     continue
                 rejected = pd.concat([x for x in (gbad, nbad) if x is not None and len(x)], ignore_index=True) \
                     if (gbad is not None or nbad is not None) else pd.DataFrame()
-                yield RecordingWindow(a, b, gpu, net, ev.reset_index(drop=True), rejected)
+                yield RecordingWindow(a, b, gpu, net, ev, rejected)
         finally:
             for r in readers.values():
                 r.close()
+            if events is not None:
+                events.close()
 
     def read_all(self, rtype: RecordType | str = RecordType.GPU) -> pd.DataFrame:
         """The whole table, validated and sorted (small recordings, tests, training)."""
@@ -174,9 +193,9 @@ class Recording:
         for t in self._tables.values():
             a, b = t.ts_range()
             lo, hi = min(lo, a), max(hi, b)
-        ev = self.events()
-        if len(ev):
-            lo, hi = min(lo, float(ev["ts"].iloc[0])), max(hi, float(ev["ts"].iloc[-1]))
+        scanned = self._events_scanned()
+        if scanned is not None:
+            lo, hi = min(lo, scanned[1].lo), max(hi, scanned[1].hi)
         if not math.isfinite(lo):
             return self.manifest.start, self.manifest.end
         return lo, hi
