@@ -16,6 +16,7 @@ p99 0)").
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -94,7 +95,10 @@ class FailureClassifier(Detector):
 
     def _fit_explanations(self, x: np.ndarray, y: np.ndarray) -> None:
         healthy = x[y == NO_FAULT]
-        with np.errstate(all="ignore"):
+        # a column with no value in a class's rows (a counter its fleet lacks) has no median:
+        # NaN, then strength 0 below; numpy's "All-NaN slice" warning says nothing more
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             self.healthy_q = np.nanquantile(healthy, [0.01, 0.5, 0.99], axis=0) if len(healthy) else None
             scale = np.nanstd(healthy, axis=0) + 1e-6 if len(healthy) else np.ones(x.shape[1])
             for k in np.unique(y):
