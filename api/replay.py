@@ -87,6 +87,8 @@ class ReplayResult:
     #: decisions a maintenance window kept from acting, policy-only path (the engine records its own)
     suppressed: list[Suppressed] = field(default_factory=list)
     baseline_suppressed: list[Suppressed] = field(default_factory=list)
+    #: the recording's operator events on each node's timeline (:func:`operator_timeline`)
+    operator_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class TelemetryClock:
@@ -140,8 +142,9 @@ class Replayer:
                         rec.path / "net.parquet")
         m = rec.manifest
         pipe = FeaturePipeline(self.pipeline_settings)
-        self.maintenance = MaintenanceSchedule.from_frame(rec.events(sources=("operator",)))  # not the BMC readings
-        result = ReplayResult()
+        operator = rec.events(sources=("operator",))  # one filtered scan, not the BMC readings
+        self.maintenance = MaintenanceSchedule.from_frame(operator)
+        result = ReplayResult(operator_events=operator_timeline(operator))
         states = [PolicyState(), PolicyState()]
         pending: list[FeatureBatch] = []
         rows = 0
@@ -260,7 +263,7 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
     report: dict[str, Any] = {"recording": str(path), "decisions": decisions, "baseline_decisions": baseline,
                               "model": bundle_info, "policy": policy.model_dump(mode="json"),
                               "summary": result.stats}
-    report["operator_events"] = operator_timeline(rec.events(sources=("operator",)))
+    report["operator_events"] = result.operator_events
     report["suppressed"] = {"model": [s.to_dict() for s in result.suppressed],
                             "rules_baseline": [s.to_dict() for s in result.baseline_suppressed]}
     incidents = rec.incidents()
