@@ -8,7 +8,8 @@ recording lacks read as NaN; GPU indices outside ``[0, max_gpus_per_node)`` are 
 as a count of rejected rows. GPU samples' ``pci_bus_id`` teaches :class:`pipeline.registry.PciGpuMap`
 which GPU each bus id is, so an XID event that names only its bus id is given its GPU; ``gpu_uuid``
 tells :class:`pipeline.registry.GpuUuids` when a slot holds a new GPU (a swap). Operator
-maintenance events become muted time (:func:`maintenance_from_frame`). :data:`RECORDING_COLUMNS`
+maintenance events (muted time) and the agent's command results (repairs) are picked out for
+:meth:`pipeline.stream.FeaturePipeline.ingest_events` (:func:`operator_context_from_frame`). :data:`RECORDING_COLUMNS`
 is what replay needs to read.
 """
 
@@ -116,7 +117,7 @@ def xid_rows_from_frame(df: pd.DataFrame | None, keys: Keys, max_gpus: int) -> X
     return XidRows(df["ts"].to_numpy(np.float64), nodes, gpu, code[keep].astype(np.int32))
 
 
-def maintenance_from_frame(df: pd.DataFrame | None) -> list[dict[str, Any]]:
+def operator_context_from_frame(df: pd.DataFrame | None) -> list[dict[str, Any]]:
     """The operator maintenance events and the agent's command results of an events frame as
     records (the bus's shape: a ``nodes`` list, ``start``, ``end``), for
     :meth:`pipeline.stream.FeaturePipeline.ingest_events`."""

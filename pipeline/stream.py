@@ -32,7 +32,7 @@ from pipeline.batch import FeatureBatch
 from pipeline.bmc import BmcRows, NodeBmcState, bmc_rows_from_frame
 from pipeline.columns import GpuRows, NetRows, XidRows
 from pipeline.features import FEATURE_NAMES, PartBaselines, compute_features
-from pipeline.frames import gpu_rows_from_frame, maintenance_from_frame, net_rows_from_frame, xid_rows_from_frame
+from pipeline.frames import gpu_rows_from_frame, net_rows_from_frame, operator_context_from_frame, xid_rows_from_frame
 from pipeline.muted import MutedInterval, MutedTime
 from pipeline.ports import NodeXidState, PortWindowState
 from pipeline.registry import Keys
@@ -112,7 +112,7 @@ class FeaturePipeline:
         bmc, bad_bmc = bmc_rows_from_frame(events, self.keys)
         self.counts.rejected_rows += bad + bad_bmc
         self.ingest(rows, net_rows_from_frame(net, self.keys), xid_rows_from_frame(events, self.keys, mg), bmc)
-        self.ingest_events(maintenance_from_frame(events))
+        self.ingest_events(operator_context_from_frame(events))
 
     def ingest_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Take the operator maintenance events among *events* (records) as muted time, and the
