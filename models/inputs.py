@@ -34,6 +34,11 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
      "a pending remap or retirement is an instruction (reset when idle), not a forecast: a healthy GPU "
      "carries one for hours after a benign burst of corrected errors; the rules act on it together "
      "with the uncorrectable error that makes it urgent"),
+    (r"^net_.*_(per_min_port_max_(short|long)|excess_long_port_max)$",
+     "a port's error count in a window: a tree learns 'any error is a failure' from a simulator whose "
+     "healthy ports rarely err, and one benign receive error or recovered flap drains the node on a "
+     "real fleet; the port's rate CUSUM against its own rate (net_*_cusum_port_max) carries a sustained "
+     "rise and never shows one or two stray errors"),
     (r"^node_(sm_clock|power|util)_fleet_z$",
      "a node against the whole fleet's clocks, power or load is a generation or job mix in a mixed "
      "fleet, not a fault"),

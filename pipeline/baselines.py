@@ -23,6 +23,19 @@ its old history says nothing about the part now in the slot.
 The feature a model reads is the **excess over the own baseline** of a window:
 ``ln((k_w + 1) / (λ̂·T_w + 1))`` — 0 for a part doing what it always does, ~ln(k) for a
 burst on a quiet part, small for one more error on a part that always has some.
+
+Each baseline also runs a **Poisson likelihood-ratio CUSUM** against its own rate
+(research/robust-detection.md §2, §9.4): with λ0 the part's rate before this window and
+λ1 = ρ·λ0 ("the part now errs ρ times as often as it usually does"),
+
+    S ← max(0, S + k·ln ρ − (ρ − 1)·λ0·t)
+
+per window of k events over t seconds — additive over any split of time, so it does not
+depend on the sampling interval. What a detector reads is ``max(0, S − h)``, the evidence
+beyond the alarm level h = H_EVENTS·ln ρ: one or two stray errors on a quiet part never
+show (they only ever lift S by ln ρ each, and it drains between them); a part whose errors
+keep coming faster than ρ times its own rate does, whatever that rate is on this fleet.
+The CUSUM starts once a part's baseline holds an hour of telemetry (its prior's weight).
 """
 
 from __future__ import annotations
@@ -38,6 +51,12 @@ PRIOR_EXPOSURE_S = 3600.0
 #: Prior events per prior exposure: one event an hour, a "somewhat noisy part". A weak,
 #: fleet-agnostic prior: it only sets how surprising the first errors of a new part are.
 PRIOR_EVENTS = 1.0
+#: CUSUM alternative: a part erring RHO times its own rate. Ten: a failing part's precursor
+#: rises by orders of magnitude (research/field-rates.md), a benign one wanders within a few x.
+RHO = 10.0
+#: Alarm level of the CUSUM, in events' worth of evidence (h = H_EVENTS·ln ρ): three, so one
+#: or two stray errors are never evidence (research §2: "one or two stray events never alarm").
+H_EVENTS = 3.0
 
 
 class RateBaselines:
@@ -48,11 +67,14 @@ class RateBaselines:
         self.tau_s, self.b0, self.a0 = float(tau_s), float(prior_exposure_s), float(prior_events)
         self.k = np.zeros((n_counters, capacity))
         self.t = np.zeros((n_counters, capacity))
+        self.s = np.zeros((n_counters, capacity))  # CUSUM statistic, nats
+        self.seen = np.zeros((n_counters, capacity), bool)  # the counter ever had exposure on the part
         self.updated = np.full(capacity, np.nan)  # telemetry time of each part's last update
+        self.log_rho, self.h = float(np.log(RHO)), H_EVENTS * float(np.log(RHO))
 
     @property
     def nbytes(self) -> int:
-        return self.k.nbytes + self.t.nbytes + self.updated.nbytes
+        return self.k.nbytes + self.t.nbytes + self.s.nbytes + self.seen.nbytes + self.updated.nbytes
 
     def ensure(self, capacity: int) -> None:
         """Grow to hold *capacity* parts (new parts start at the prior)."""
@@ -60,11 +82,12 @@ class RateBaselines:
         if capacity <= have:
             return
         cap = max(capacity, 2 * have)
-        k, t = np.zeros((len(self.k), cap)), np.zeros((len(self.t), cap))
-        k[:, :have], t[:, :have] = self.k, self.t
+        k, t, cs = (np.zeros((len(self.k), cap)) for _ in range(3))
+        seen = np.zeros((len(self.k), cap), bool)
+        k[:, :have], t[:, :have], cs[:, :have], seen[:, :have] = self.k, self.t, self.s, self.seen
         upd = np.full(cap, np.nan)
         upd[:have] = self.updated
-        self.k, self.t, self.updated = k, t, upd
+        self.k, self.t, self.s, self.seen, self.updated = k, t, cs, seen, upd
 
     def rate(self, parts: np.ndarray) -> np.ndarray:
         """Posterior mean rate (events/s), (counter, part)."""
@@ -79,10 +102,16 @@ class RateBaselines:
         np.log((np.maximum(events, 0.0) + 1.0) / (expected + 1.0), out=out, where=ok)
         return out
 
+    def cusum_excess(self, parts: np.ndarray) -> np.ndarray:
+        """``max(0, S − h)`` of *parts* (counter, part): evidence, in nats, that a part errs ρ
+        times its own rate beyond the alarm level; NaN for a counter the part never reported."""
+        return np.where(self.seen[:, parts], np.maximum(self.s[:, parts] - self.h, 0.0), np.nan)
+
     def restart(self, parts: np.ndarray) -> None:
         """Put *parts* back at the prior (a repaired or replaced part: its history is another part's)."""
         self.k[:, parts] = 0.0
         self.t[:, parts] = 0.0
+        self.s[:, parts] = 0.0
         self.updated[parts] = np.nan
 
     def update(self, parts: np.ndarray, now: float, events: np.ndarray, exposure_s: np.ndarray,
@@ -103,6 +132,15 @@ class RateBaselines:
         if frozen is not None and frozen.any():
             d = np.where(frozen, 1.0, d)
             ok &= ~frozen
-        self.k[:, parts] = self.k[:, parts] * d + np.where(ok, np.maximum(events, 0.0), 0.0)
-        self.t[:, parts] = self.t[:, parts] * d + np.where(ok, exposure_s, 0.0)
+        k = np.where(ok, np.maximum(events, 0.0), 0.0)
+        t = np.where(ok, exposure_s, 0.0)
+        lam0 = self.rate(parts)  # the part's rate before this window
+        # the CUSUM starts once the baseline holds as much telemetry as its prior (an hour): before
+        # that λ0 is the prior's guess, and every steadily noisy part would read as ρ x it
+        warm = self.t[:, parts] >= self.b0
+        step = np.maximum(self.s[:, parts] + k * self.log_rho - (RHO - 1.0) * lam0 * t, 0.0)
+        self.s[:, parts] = np.where(warm, step, 0.0)
+        self.seen[:, parts] |= ok
+        self.k[:, parts] = self.k[:, parts] * d + k
+        self.t[:, parts] = self.t[:, parts] * d + t
         self.updated[parts] = now

@@ -22,7 +22,7 @@ import numpy as np
 
 from collector.schema import GPU_COUNTERS
 from collector.bmc_events import SEL_CLASSES
-from pipeline.baselines import RateBaselines
+from pipeline.baselines import RHO, RateBaselines
 from pipeline.bmc import MARGINS as BMC_MARGINS
 from pipeline.bmc import NodeBmcState
 from pipeline.columns import GPU_COL, NET_STATE_COUNTERS
@@ -127,6 +127,12 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     f += [(f"node_bmc_{c.name}_count_{w}", "count", f"asserted BMC SEL entries: {c.meaning}, {w} window")
           for w in _W for c in SEL_CLASSES]
     f += list(BMC_MARGINS)
+    # ---- fourth set: rate CUSUMs against each part's own rate (pipeline.baselines)
+    f += [(f"{stem}_cusum", "nats", f"{meaning}: Poisson CUSUM for {RHO:g}x the GPU's own rate, evidence "
+           "beyond the alarm level (0 = no sustained rise; one or two stray errors never show)")
+          for stem, _, meaning in _BASELINE_STEMS]
+    f += [(f"net_{c}_cusum_port_max", "nats", f"{c} on the node's port with the most evidence of erring {RHO:g}x "
+           "its own rate: Poisson CUSUM beyond the alarm level") for c in NET_ERROR_COUNTERS]
     return tuple(f)
 
 
@@ -184,6 +190,8 @@ _BASE_COLS = np.array([FEATURE_INDEX[f"{stem}_excess_long"] for stem, _, _ in _B
 _NET_ERR = np.array([NET_STATE_COUNTERS.index(c) for c in NET_ERROR_COUNTERS])
 _NET_MAX_COLS = _cols([[f"net_{c}_per_min_port_max_{w}" for c in NET_ERROR_COUNTERS] for w in _W])
 _NET_EXCESS_COLS = np.array([FEATURE_INDEX[f"net_{c}_excess_long_port_max"] for c in NET_ERROR_COUNTERS], np.intp)
+_CUSUM_COLS = np.array([FEATURE_INDEX[f"{stem}_cusum"] for stem, _, _ in _BASELINE_STEMS], np.intp)
+_NET_CUSUM_COLS = np.array([FEATURE_INDEX[f"net_{c}_cusum_port_max"] for c in NET_ERROR_COUNTERS], np.intp)
 
 
 class PartBaselines:
@@ -317,6 +325,7 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     events, exposure = _stem_events(s[1])
     f[_BASE_COLS] = base.excess(slots, events, exposure)
     base.update(slots, tick_end, *_stem_events(s[0]), frozen=None if muted is None else muted[nodes])
+    f[_CUSUM_COLS] = base.cusum_excess(slots)
 
     _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short, baselines.port, muted)
     return np.ascontiguousarray(f.T, dtype=np.float32)
@@ -345,6 +354,7 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
         f[_NET_LAST_COLS] = np.nan
         f[_NET_MAX_COLS.ravel()] = np.nan
         f[_NET_EXCESS_COLS] = np.nan
+        f[_NET_CUSUM_COLS] = np.nan
         f[_NET_DOWN_COL] = np.nan
         return
     order = reg.canonical_order()  # fixed summation order: features do not depend on arrival order
@@ -353,8 +363,8 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     p, e = len(order), len(_NET_ERR)
     block = np.empty((p, _NET_WIDTH))
     # per port, reduced to the node's worst: error rates (short, long), excess over the port's own
-    # baseline (long), time down after being ACTIVE
-    worst = np.empty((p, 3 * e + 1))
+    # baseline (long), time down after being ACTIVE, CUSUM against the port's own rate
+    worst = np.empty((p, 4 * e + 1))
     live = wins[1][:, PORT_STATS["samples"].start] > 0
     for w, s in enumerate(wins):
         rate = _div(s[:, PORT_STATS["cnt_delta"]], s[:, PORT_STATS["cnt_dt"]]) * 60.0
@@ -380,14 +390,16 @@ def _net_features(f: np.ndarray, ports: PortWindowState, reg: PortRegistry, node
     base.update(order, tick_end, *(wins[0][:, PORT_STATS[k]][:, _NET_ERR].T for k in ("cnt_delta", "cnt_dt")),
                 frozen=None if muted is None else muted[pnode])
     worst[:, 3 * e] = ports.down_after_active_s(reg.n)[order]
+    worst[:, 3 * e + 1:] = np.where(live[:, None], base.cusum_excess(order).T, np.nan)
     starts = np.flatnonzero(np.r_[True, pnode[1:] != pnode[:-1]])  # a node's ports are contiguous in canonical order
     with np.errstate(invalid="ignore"):
         node_worst = np.fmax.reduceat(worst, starts, axis=0)  # NaN only where every port is NaN
-    full = np.full((n_nodes, 3 * e + 1), np.nan)             # nodes without ports stay NaN
+    full = np.full((n_nodes, 4 * e + 1), np.nan)             # nodes without ports stay NaN
     full[pnode[starts]] = node_worst
     f[_NET_MAX_COLS.ravel()] = full[:, :2 * e].T[:, nodes]
     f[_NET_EXCESS_COLS] = full[:, 2 * e:3 * e].T[:, nodes]
     f[_NET_DOWN_COL] = full[nodes, 3 * e]
+    f[_NET_CUSUM_COLS] = full[:, 3 * e + 1:].T[:, nodes]
 
 
 def markdown_table() -> str:

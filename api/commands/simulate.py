@@ -31,7 +31,8 @@ def simulate(
              "come from the world. Recorded under 'world' in manifest.json."),
     world_ranges: str = typer.Option(
         "train", "--world-ranges",
-        help="Ranges a randomized world is drawn from: train, or a held-out shift-NAME (docs/simulator.md)."),
+        help="Ranges a randomized world is drawn from: train, a tuning-only tune-NAME, or a held-out "
+             "shift-NAME (docs/simulator.md)."),
     bmc: bool = typer.Option(
         True, "--bmc/--no-bmc",
         help="Emit the nodes' BMC events: sensor readings every minute, SEL entries, and the power and thermal "

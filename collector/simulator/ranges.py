@@ -179,25 +179,46 @@ class WorldRanges:
 TRAINING = WorldRanges()
 
 
-def _x10(r: tuple[float, float]) -> tuple[float, float]:
-    """Ten times the range, starting no lower than the training range's top (so it lies outside it)."""
-    return (max(r[0] * 10, r[1]), r[1] * 10)
+def _times(r: tuple[float, float], k: float) -> tuple[float, float]:
+    """*k* times the range, starting no lower than the training range's top (so it lies outside it)."""
+    return (max(r[0] * k, r[1]), r[1] * k)
 
+
+def _background_times(name: str, k: float, note: str, *, sbe_frac: tuple[float, float],
+                      chronic: tuple[int, int], pcie_frac: tuple[float, float], nvlink_frac: tuple[float, float],
+                      noisy_port_frac: tuple[float, float], pcie_cap: float, ib_cap: float) -> WorldRanges:
+    """TRAINING with every benign background rate *k* times its range (outside it), and more
+    parts noisy (the fractions given, each above the training range)."""
+    t = TRAINING
+    return replace(
+        t, name=name, shift=note,
+        sbe_gpu_frac=sbe_frac, sbe_rate_per_h=_times(t.sbe_rate_per_h, k), chronic_sbe_cards=chronic,
+        sbe_burst_per_gpu_day=_times(t.sbe_burst_per_gpu_day, k), pcie_gpu_frac=pcie_frac,
+        pcie_rate_per_min=_times(t.pcie_rate_per_min, k), nvlink_gpu_frac=nvlink_frac,
+        nvlink_rate_per_min=_times(t.nvlink_rate_per_min, k),
+        ib_noisy_port_frac=noisy_port_frac, ib_rate_per_h=_times(t.ib_rate_per_h, k),
+        ib_burst_per_port_day=_times(t.ib_burst_per_port_day, k),
+        link_flap_per_port_day=_times(t.link_flap_per_port_day, k),
+        app_xid_per_gpu_day=_times(t.app_xid_per_gpu_day, k),
+        info_xid_per_gpu_day=_times(t.info_xid_per_gpu_day, k),
+        pcie_cap_per_min=pcie_cap, ib_cap_per_h=ib_cap)
+
+
+#: Worlds outside TRAINING that the *tuning* set may hold (seeds 301–399): a background
+#: shift milder than the suite's ×10, so a choice made on tuning can see what a model does
+#: on a fleet noisier than any it was trained on without looking at the judged suite.
+TUNING_SHIFTS: dict[str, WorldRanges] = {
+    "tune-background-x3": _background_times(
+        "tune-background-x3", 3, "benign background rates x3 (tuning only)", sbe_frac=(0.08, 0.15),
+        chronic=(2, 4), pcie_frac=(0.04, 0.1), nvlink_frac=(0.05, 0.1), noisy_port_frac=(0.25, 0.5),
+        pcie_cap=8.0, ib_cap=300.0),
+}
 
 #: Whole worlds outside TRAINING, for the shift suite (never train or tune on them).
 SHIFTS: dict[str, WorldRanges] = {
-    "shift-background-x10": replace(
-        TRAINING, name="shift-background-x10", shift="benign background rates x10",
-        sbe_gpu_frac=(0.15, 0.3), sbe_rate_per_h=_x10(TRAINING.sbe_rate_per_h), chronic_sbe_cards=(3, 8),
-        sbe_burst_per_gpu_day=_x10(TRAINING.sbe_burst_per_gpu_day), pcie_gpu_frac=(0.1, 0.3),
-        pcie_rate_per_min=_x10(TRAINING.pcie_rate_per_min), nvlink_gpu_frac=(0.1, 0.3),
-        nvlink_rate_per_min=_x10(TRAINING.nvlink_rate_per_min),
-        ib_noisy_port_frac=(0.3, 0.8), ib_rate_per_h=_x10(TRAINING.ib_rate_per_h),
-        ib_burst_per_port_day=_x10(TRAINING.ib_burst_per_port_day),
-        link_flap_per_port_day=_x10(TRAINING.link_flap_per_port_day),
-        app_xid_per_gpu_day=_x10(TRAINING.app_xid_per_gpu_day),
-        info_xid_per_gpu_day=_x10(TRAINING.info_xid_per_gpu_day),
-        pcie_cap_per_min=15.0, ib_cap_per_h=1000.0),
+    "shift-background-x10": _background_times(
+        "shift-background-x10", 10, "benign background rates x10", sbe_frac=(0.15, 0.3), chronic=(3, 8),
+        pcie_frac=(0.1, 0.3), nvlink_frac=(0.1, 0.3), noisy_port_frac=(0.3, 0.8), pcie_cap=15.0, ib_cap=1000.0),
     "shift-interval-60s": replace(TRAINING, name="shift-interval-60s", shift="every node sampled at 60 s",
                                   interval_choices_s=(60,), port_interval_choices_s=(0,)),
     "shift-interval-2s": replace(TRAINING, name="shift-interval-2s", shift="every node sampled at 2 s",
@@ -217,7 +238,7 @@ SHIFTS: dict[str, WorldRanges] = {
         inference_node_frac=(0.4, 0.5), port_interval_choices_s=(60,)),
 }
 
-RANGES: dict[str, WorldRanges] = {"train": TRAINING, **SHIFTS}
+RANGES: dict[str, WorldRanges] = {"train": TRAINING, **TUNING_SHIFTS, **SHIFTS}
 
 
 def ranges_by_name(name: str) -> WorldRanges:

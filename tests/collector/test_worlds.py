@@ -24,7 +24,7 @@ from collector.simulator import (
     world_config,
 )
 from collector.simulator import ranges as ranges_module
-from collector.simulator.ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS
+from collector.simulator.ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS, TUNING_SHIFTS
 from collector.xid import catalog
 
 RESTART_APP = tuple(sorted(c for c, e in catalog().items() if e.immediate_action == "RESTART_APP"))
@@ -166,11 +166,15 @@ def test_generation_profiles_set_limits_and_clocks(busy):
 def test_shift_worlds_lie_outside_the_training_ranges():
     assert "H200" not in TRAINING.generations and SHIFTS["shift-h200"].generations == ("H200",)
     assert 60 not in TRAINING.interval_choices_s and 2 not in TRAINING.interval_choices_s
-    x10 = SHIFTS["shift-background-x10"]
+    x10, x3 = SHIFTS["shift-background-x10"], TUNING_SHIFTS["tune-background-x3"]
     for name in ("sbe_gpu_frac", "sbe_rate_per_h", "sbe_burst_per_gpu_day", "pcie_gpu_frac", "pcie_rate_per_min",
                  "nvlink_gpu_frac", "nvlink_rate_per_min", "ib_noisy_port_frac", "ib_rate_per_h", "ib_burst_per_port_day",
                  "link_flap_per_port_day", "app_xid_per_gpu_day", "info_xid_per_gpu_day"):
         assert getattr(x10, name)[0] >= getattr(TRAINING, name)[1], name
+        assert getattr(x3, name)[0] >= getattr(TRAINING, name)[1], name
+        # the tuning world stays below the judged one: a choice made on it is not made on the suite
+        assert getattr(x3, name)[1] <= getattr(x10, name)[1], name
+    assert not set(TUNING_SHIFTS) & set(SHIFTS) and all(n.startswith("tune-") for n in TUNING_SHIFTS)
     assert SHIFTS["shift-messy"].skew_sd_s[0] > TRAINING.skew_sd_s[1]
     with pytest.raises(ValueError, match="valid: "):
         ranges_by_name("shift-nowhere")
