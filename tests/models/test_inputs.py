@@ -17,9 +17,19 @@ def test_lifetime_levels_and_port_sums_are_replaced_by_changes_and_the_worst_por
     inputs = set(model_inputs(FEATURE_NAMES))
     assert not {n for n in FEATURE_NAMES if n.endswith("_total")} & inputs
     assert "net_port_rcv_errors_per_min_long" not in inputs
-    assert "net_port_rcv_errors_per_min_port_max_long" in inputs
-    assert "net_port_rcv_errors_excess_long_port_max" in inputs
     assert "ecc_sbe_excess_long" in inputs and "remapped_rows_corr_per_h_long" in inputs
+
+
+def test_ports_are_read_only_through_their_rate_cusums() -> None:
+    """A port's error count in a window (worst port, or its excess over the own baseline) is
+    not a model input: one stray error must never be a verdict. Its CUSUM is."""
+    inputs = set(model_inputs(FEATURE_NAMES))
+    for c in ("port_rcv_errors", "symbol_error", "link_error_recovery", "link_downed"):
+        assert f"net_{c}_per_min_port_max_long" not in inputs and f"net_{c}_per_min_port_max_short" not in inputs
+        assert f"net_{c}_excess_long_port_max" not in inputs
+        assert f"net_{c}_cusum_port_max" in inputs
+    assert "stray error" in exclusion_reason("net_link_error_recovery_per_min_port_max_long")
+    assert {"net_port_down_after_active_s", "net_ports_not_active_frac_short", "ecc_sbe_cusum"} <= inputs
 
 
 def test_every_exclusion_says_why() -> None:

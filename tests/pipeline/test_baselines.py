@@ -59,3 +59,62 @@ def test_a_new_part_starts_at_the_prior_and_growing_keeps_what_was_learnt() -> N
     base.ensure(100)
     assert np.array_equal(base.rate(np.array([0])), learnt)
     assert base.rate(np.array([99]))[0, 0] == base.a0 / base.b0
+
+
+def _feed_events(base: RateBaselines, times_s: list[float], start_s: float, end_s: float, interval_s: float) -> list[float]:
+    """Events at *times_s* reported every *interval_s* from *start_s* to *end_s*, one part: the
+    CUSUM's excess after each report."""
+    parts, out, t = np.array([0]), [], start_s
+    while t < end_s:
+        k = sum(t <= e < t + interval_s for e in times_s)
+        base.update(parts, t + interval_s, np.array([[float(k)]]), np.array([[interval_s]]))
+        out.append(float(base.cusum_excess(parts)[0, 0]))
+        t += interval_s
+    return out
+
+
+def test_one_or_two_stray_errors_on_a_quiet_part_never_show_in_the_cusum() -> None:
+    base = RateBaselines(1, 4)
+    _feed(base, 0.0, 60.0, 6)                   # a quiet part, its rate learnt
+    after = _feed_events(base, [6 * 3600 + 100, 6 * 3600 + 700], 6 * 3600, 12 * 3600, 60.0)
+    assert max(after) == 0.0
+
+
+def test_errors_that_keep_coming_show_and_the_sampling_interval_does_not_matter() -> None:
+    """A precursor at one error every 5 min on a part that usually has none: the CUSUM
+    crosses its alarm level within the half hour, at 2 s, 10 s or 60 s reports alike."""
+    crossed = []
+    for interval in (2.0, 10.0, 60.0):
+        base = RateBaselines(1, 4)
+        _feed(base, 0.0, interval, 6)
+        start = 6 * 3600
+        events = [start + 150 + 300 * i for i in range(12)]
+        out = _feed_events(base, events, start, start + 3600, interval)
+        first = next(i for i, v in enumerate(out) if v > 0)
+        crossed.append((first + 1) * interval)
+        assert out[-1] > 5.0, interval
+    assert max(crossed) < 1800 and max(crossed) - min(crossed) <= 120, crossed
+
+
+def test_a_noisy_part_at_its_usual_rate_shows_nothing_but_ten_times_it_does() -> None:
+    base = RateBaselines(1, 4)
+    _feed(base, 30 / 3600, 60.0, 24)           # thirty errors an hour is this port's normal
+    rng = np.random.default_rng(7)
+    usual = _feed_events(base, sorted(24 * 3600 + rng.uniform(0, 3600, 30)), 24 * 3600, 25 * 3600, 60.0)
+    assert max(usual) == 0.0
+    ten_x = _feed_events(base, sorted(25 * 3600 + rng.uniform(0, 3600, 300)), 25 * 3600, 26 * 3600, 60.0)
+    assert ten_x[-1] > 0.0
+
+
+def test_the_cusum_waits_for_an_hour_of_baseline_is_unknown_without_exposure_and_restarts_with_the_part() -> None:
+    base = RateBaselines(1, 4)
+    parts = np.array([0])
+    assert np.isnan(base.cusum_excess(parts)[0, 0])
+    early = _feed_events(base, [60.0 * i for i in range(1, 40)], 0.0, 2400.0, 60.0)  # 1/min from the start
+    assert max(early) == 0.0                    # the prior's guess is not the part's rate yet
+    steady = _feed_events(base, [2400.0 + 60.0 * i for i in range(1, 200)], 2400.0, 4 * 3600.0, 60.0)
+    assert max(steady) == 0.0                   # warm now, and 1/min is what it learnt
+    rise = _feed_events(base, [4 * 3600.0 + 6.0 * i for i in range(1, 200)], 4 * 3600.0, 4 * 3600.0 + 1200, 60.0)
+    assert rise[-1] > 0.0                       # 10/min: ten times its own rate
+    base.restart(parts)
+    assert base.cusum_excess(parts)[0, 0] == 0.0 and base.s[0, 0] == 0.0
