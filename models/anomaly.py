@@ -1,7 +1,8 @@
 """Unsupervised anomaly detector for faults no label covers.
 
 Two views of "unlike the healthy fleet", on a compact, log-scaled selection of the
-features (peer and fleet deviations, error rates, throttle fractions):
+features (peer and fleet deviations, error rates, rate CUSUMs, throttle fractions); a port
+reaches it only through its CUSUM, as it does the classifier (models/inputs.py):
 
 * an ``IsolationForest`` for unusual *combinations*;
 * a robust z-score (distance from the healthy median in units of the healthy MAD,

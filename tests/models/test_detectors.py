@@ -109,6 +109,17 @@ def test_anomaly_level_is_high_for_rows_unlike_healthy_ones():
     assert det.score(weird).p.min() > 0.99 and det.score(healthy[:500]).p.mean() < 0.7
 
 
+def test_the_anomaly_detector_sees_a_port_through_its_cusum_and_not_through_its_window_count():
+    """The model inputs carry a port only as a rate CUSUM (models/inputs.py); the anomaly view
+    must include those columns, or it would see no port error signal at all."""
+    from models.inputs import model_inputs
+
+    det = AnomalyDetector(FEATURE_NAMES, model_inputs(FEATURE_NAMES))
+    viewed = {det.inputs[i] for i in det.cols}
+    assert {"net_link_error_recovery_cusum_port_max", "net_symbol_error_cusum_port_max", "ecc_sbe_cusum"} <= viewed
+    assert not {n for n in viewed if "_port_max_" in n and "_per_min_" in n}
+
+
 def test_saved_bundle_loads_and_scores_identically(tmp_path):
     x, y = _toy()
     clf = FailureClassifier(FEATURE_NAMES, max_iter=20).fit(x, y, x_val=x, y_val=y)
