@@ -138,8 +138,13 @@ CONF
 
 # ---- 4. format storage once ------------------------------------------------------------
 if [[ ! -f $KAFKA_ROOT/data/meta.properties ]]; then
-  # a Kafka cluster id is 16 random bytes, URL-safe base64 without padding
-  cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)
+  # a Kafka cluster id is 16 random bytes, URL-safe base64 without padding; one that starts
+  # with '-' (1 in 64) reads as an option to kafka-storage ("--cluster-id expected one
+  # argument"), so draw again, as Kafka's own Uuid.randomUuid does
+  cluster_id=-
+  while [[ $cluster_id == -* ]]; do
+    cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)
+  done
   java -Xmx256m -Dlog4j2.configurationFile="$KAFKA_ROOT/log4j2.properties" -cp "$LIB/*" \
     kafka.tools.StorageTool format -t "$cluster_id" -c "$KAFKA_ROOT/server.properties" \
     >"$KAFKA_ROOT/log/format.log" 2>&1 || { cat "$KAFKA_ROOT/log/format.log" >&2; die "storage format failed"; }
