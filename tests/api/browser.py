@@ -1,5 +1,5 @@
 """Selenium helpers for the dashboard's browser tests: polled finds (the page draws after its fetches
-answer), clicks that survive a redraw, the note prompt, and screenshots kept as artefacts."""
+answer), clicks and reads that survive a redraw, the note prompt, and screenshots kept as artefacts."""
 
 from __future__ import annotations
 
@@ -35,6 +35,23 @@ def retry_stale(fn: Callable[[], Any], timeout_s: float = 20) -> Any:
         except StaleElementReferenceException:
             return None
     return wait_until(attempt, timeout_s=timeout_s, interval_s=0.1, message="a click on a steady element")
+
+
+def read(driver: Any, css: str, get: Callable[[Any], Any], timeout_s: float = 20) -> Any:
+    """*get*(element) of the first element matching *css*, found again when the page redrew it
+    between the find and the read (the fleet and the queues redraw every few seconds)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    got: list[Any] = []
+
+    def attempt() -> bool | None:
+        try:
+            got[:] = [get(find(driver, css, timeout_s))]
+            return True
+        except StaleElementReferenceException:
+            return None
+    wait_until(attempt, timeout_s=timeout_s, interval_s=0.1, message=f"a steady element {css!r}")
+    return got[0]
 
 
 def alert(driver: Any) -> Any:

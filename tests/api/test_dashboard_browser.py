@@ -17,7 +17,7 @@ import pytest
 from api.config import load_service_config
 from api.service import Service
 from remediation.actions import ActionState
-from tests.api.browser import alert, find, retry_stale, shot
+from tests.api.browser import alert, find, read, retry_stale, shot
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.browser
@@ -50,18 +50,18 @@ def test_an_operator_signs_in_opens_a_node_and_approves_its_waiting_drain(
     find(browser, "#token").send_keys(service.admin_token)
     find(browser, "#login-submit").click()
 
-    tile = find(browser, f'.tile[data-node="{node}"]')
-    assert tile.get_attribute("data-state") in {"ok", "at_risk", "held", "unknown"}
+    tile_state = read(browser, f'.tile[data-node="{node}"]', lambda e: e.get_attribute("data-state"))
+    assert tile_state in {"ok", "at_risk", "held", "unknown"}
     assert len(browser.find_elements(By.CSS_SELECTOR, ".tile")) == 16
-    assert find(browser, "#engine-paused").text == "paused"
-    assert find(browser, "#engine-armed").text == "dry run"
+    assert read(browser, "#engine-paused", lambda e: e.text) == "paused"
+    assert read(browser, "#engine-armed", lambda e: e.text) == "dry run"
     shot(browser, artefacts, "02-fleet")
 
     retry_stale(lambda: browser.find_element(By.CSS_SELECTOR, f'.tile[data-node="{node}"]').click())
-    row = find(browser, f'#node-actions tr[data-id="{waiting.id}"]')
-    assert "proposed" in row.text and waiting.reason[:40] in row.text
-    assert find(browser, "#risk-plot path.risk").get_attribute("d").startswith("M")
-    assert node in find(browser, "main h1").text
+    row = read(browser, f'#node-actions tr[data-id="{waiting.id}"]', lambda e: e.text)
+    assert "proposed" in row and waiting.reason[:40] in row
+    assert read(browser, "#risk-plot path.risk", lambda e: e.get_attribute("d")).startswith("M")
+    assert node in read(browser, "main h1", lambda e: e.text)
     shot(browser, artefacts, "03-node")
 
     find(browser, "#nav-actions").click()
@@ -70,13 +70,12 @@ def test_an_operator_signs_in_opens_a_node_and_approves_its_waiting_drain(
     prompt.send_keys("checked the ECC counters")
     prompt.accept()
 
-    flash = wait_until(lambda: (lambda t: t if "Approved" in t else None)(find(browser, "#flash").text),
+    flash = wait_until(lambda: (lambda t: t if "Approved" in t else None)(read(browser, "#flash", lambda e: e.text)),
                        timeout_s=20, message="the approval's result on screen")
     assert f"on {node}" in flash and "proposed" not in flash
     wait_until(lambda: not browser.find_elements(By.CSS_SELECTOR, f'#queue tr[data-id="{waiting.id}"]'),
                timeout_s=20, message="the approved action leaves the queue")
-    done = find(browser, f'#recent tr[data-id="{waiting.id}"]')
-    assert done.get_attribute("data-state") != "proposed"
+    assert read(browser, f'#recent tr[data-id="{waiting.id}"]', lambda e: e.get_attribute("data-state")) != "proposed"
     shot(browser, artefacts, "04-approved")
     rec = service.store.get(waiting.id)
     assert rec.state is not ActionState.PROPOSED and rec.dry_run

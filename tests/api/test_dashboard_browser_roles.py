@@ -12,7 +12,7 @@ import pytest
 from api.context import AppContext
 from remediation.actions import ActionState
 from tests.api.conftest import FLEET, TOKENS
-from tests.api.browser import alert, find, retry_stale, shot
+from tests.api.browser import alert, find, read, retry_stale, shot
 from tests.helpers import wait_until
 from tests.remediation.test_engine import explain, fleet
 
@@ -39,7 +39,7 @@ def _sign_in(driver: Any, url: str, token: str) -> None:
 def test_a_wrong_token_goes_back_to_the_login_box_with_the_servers_message(live_api: str, browser: Any,
                                                                           artefacts: Path) -> None:
     _sign_in(browser, live_api, "not-a-token")
-    err = wait_until(lambda: find(browser, "#login-error").text, timeout_s=20, message="the login error")
+    err = wait_until(lambda: read(browser, "#login-error", lambda e: e.text), timeout_s=20, message="the login error")
     assert "bearer token is required" in err and find(browser, "#login").is_displayed()
     shot(browser, artefacts, "wrong-token")
     _sign_in(browser, live_api, TOKENS["viewer"])
@@ -58,10 +58,10 @@ def test_a_viewer_who_approves_sees_the_servers_403_and_the_action_keeps_waiting
     retry_stale(lambda: find(browser, f'#queue tr[data-id="{aid}"] button.approve').click())
     prompt = wait_until(lambda: alert(browser), timeout_s=10, message="the note prompt")
     prompt.accept()
-    flash = wait_until(lambda: (lambda t: t if "refused" in t else None)(find(browser, "#flash").text),
+    flash = wait_until(lambda: (lambda t: t if "refused" in t else None)(read(browser, "#flash", lambda e: e.text)),
                        timeout_s=20, message="the refusal on screen")
     assert "has role viewer; this needs operator" in flash
-    assert "error" in find(browser, "#flash").get_attribute("class")
+    assert "error" in read(browser, "#flash", lambda e: e.get_attribute("class"))
     shot(browser, artefacts, "viewer-403")
     assert api_ctx.store.get(aid).state is ActionState.PROPOSED
-    assert find(browser, f'#queue tr[data-id="{aid}"]').get_attribute("data-state") == "proposed"
+    assert read(browser, f'#queue tr[data-id="{aid}"]', lambda e: e.get_attribute("data-state")) == "proposed"
