@@ -51,8 +51,9 @@ PRIOR_EXPOSURE_S = 3600.0
 #: Prior events per prior exposure: one event an hour, a "somewhat noisy part". A weak,
 #: fleet-agnostic prior: it only sets how surprising the first errors of a new part are.
 PRIOR_EVENTS = 1.0
-#: CUSUM alternative: a part erring RHO times its own rate. Ten: a failing part's precursor
-#: rises by orders of magnitude (research/field-rates.md), a benign one wanders within a few x.
+#: CUSUM alternative: a part erring RHO times its own rate. Ten, chosen a priori and not tuned
+#: (D): a precursor worth acting on is a rise by an order of magnitude, while a healthy part's
+#: rate wanders within a few times its own.
 RHO = 10.0
 #: Alarm level of the CUSUM, in events' worth of evidence (h = H_EVENTS·ln ρ): three, so one
 #: or two stray errors are never evidence (research §2: "one or two stray events never alarm").
