@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from collector.bmc_events import SEL_CLASSES, THRESHOLD_KEYS, is_inlet, sel_class
+from pipeline.columns import RowBatch
 from pipeline.registry import Keys
 from pipeline.ring import Ring
 
@@ -47,7 +48,7 @@ MARGINS: tuple[tuple[str, str, str], ...] = (
 
 
 @dataclass
-class BmcRows:
+class BmcRows(RowBatch):
     """BMC events as rows: ts, node id, kind (SEL class index, or KIND_*), margin (NaN unless a reading)."""
 
     ts: np.ndarray      # float64
@@ -55,21 +56,9 @@ class BmcRows:
     kind: np.ndarray    # int8
     margin: np.ndarray  # float64
 
-    def __len__(self) -> int:
-        return len(self.ts)
-
-    def take(self, idx: np.ndarray) -> "BmcRows":
-        return BmcRows(self.ts[idx], self.node[idx], self.kind[idx], self.margin[idx])
-
     @staticmethod
     def empty() -> "BmcRows":
         return BmcRows(np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int8), np.zeros(0))
-
-    @staticmethod
-    def concat(parts: Sequence["BmcRows"]) -> "BmcRows":
-        if len(parts) == 1:
-            return parts[0]
-        return BmcRows(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("ts", "node", "kind", "margin")))
 
 
 def _column(df: pd.DataFrame, name: str) -> np.ndarray:

@@ -8,7 +8,7 @@ both end up here; everything downstream sees only these three types.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,34 +30,46 @@ NET_STATE_COUNTERS: tuple[str, ...] = tuple(c for c in IB_COUNTERS if c in (
 NET_COL = {name: j for j, name in enumerate(NET_STATE_COUNTERS)}
 
 
+class RowBatch:
+    """What every row batch shares: ``ts`` first, then one array per field; a 1-D field has one
+    value per row, a 2-D field is a (column, row) block. Subclasses are dataclasses that add
+    their fields and an ``empty()`` with their dtypes."""
+
+    ts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+
+    def take(self, idx: np.ndarray) -> Any:
+        """The rows at the integer positions *idx*."""
+        return type(self)(*(np.take(a, idx, axis=a.ndim - 1) for a in self._arrays()))
+
+    @classmethod
+    def concat(cls, parts: Sequence[Any]) -> Any:
+        """The rows of *parts*, in order (the one part itself when there is one)."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(*(np.concatenate(col, axis=col[0].ndim - 1) for col in zip(*(p._arrays() for p in parts))))
+
+
 @dataclass
-class GpuRows:
+class GpuRows(RowBatch):
     """GPU samples: ts (s), slot, and ``vals[GPU_COL[name]]`` per numeric column."""
 
     ts: np.ndarray      # float64 (n,)
     slot: np.ndarray    # int32 (n,)
     vals: np.ndarray    # float64 (len(GPU_VALUE_COLUMNS), n); NaN = unsupported / missing
 
-    def __len__(self) -> int:
-        return len(self.ts)
-
-    def take(self, idx: np.ndarray) -> "GpuRows":
-        return GpuRows(self.ts[idx], self.slot[idx], np.take(self.vals, idx, axis=1))
-
     @staticmethod
     def empty() -> "GpuRows":
         return GpuRows(np.zeros(0), np.zeros(0, np.int32), np.zeros((len(GPU_VALUE_COLUMNS), 0)))
 
-    @staticmethod
-    def concat(parts: Sequence["GpuRows"]) -> "GpuRows":
-        if len(parts) == 1:
-            return parts[0]
-        return GpuRows(np.concatenate([p.ts for p in parts]), np.concatenate([p.slot for p in parts]),
-                       np.concatenate([p.vals for p in parts], axis=1))
-
 
 @dataclass
-class NetRows:
+class NetRows(RowBatch):
     """Port samples: ts, port slot, link ACTIVE flag (1/0/-1 unknown), counter block."""
 
     ts: np.ndarray      # float64 (n,)
@@ -65,27 +77,14 @@ class NetRows:
     active: np.ndarray  # int8 (n,)
     vals: np.ndarray    # float64 (len(NET_STATE_COUNTERS), n)
 
-    def __len__(self) -> int:
-        return len(self.ts)
-
-    def take(self, idx: np.ndarray) -> "NetRows":
-        return NetRows(self.ts[idx], self.port[idx], self.active[idx], np.take(self.vals, idx, axis=1))
-
     @staticmethod
     def empty() -> "NetRows":
         return NetRows(np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int8),
                        np.zeros((len(NET_STATE_COUNTERS), 0)))
 
-    @staticmethod
-    def concat(parts: Sequence["NetRows"]) -> "NetRows":
-        if len(parts) == 1:
-            return parts[0]
-        return NetRows(*(np.concatenate([getattr(p, f) for p in parts], axis=-1)
-                         for f in ("ts", "port", "active", "vals")))
-
 
 @dataclass
-class XidRows:
+class XidRows(RowBatch):
     """XID events: ts, node id, gpu index (-1 = not resolved to a GPU), XID code."""
 
     ts: np.ndarray      # float64
@@ -93,21 +92,9 @@ class XidRows:
     gpu: np.ndarray     # int16, -1 unknown
     code: np.ndarray    # int32
 
-    def __len__(self) -> int:
-        return len(self.ts)
-
-    def take(self, idx: np.ndarray) -> "XidRows":
-        return XidRows(self.ts[idx], self.node[idx], self.gpu[idx], self.code[idx])
-
     @staticmethod
     def empty() -> "XidRows":
         return XidRows(np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int16), np.zeros(0, np.int32))
-
-    @staticmethod
-    def concat(parts: Sequence["XidRows"]) -> "XidRows":
-        if len(parts) == 1:
-            return parts[0]
-        return XidRows(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("ts", "node", "gpu", "code")))
 
 
 def link_active_flags(states: np.ndarray) -> np.ndarray:

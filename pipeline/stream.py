@@ -211,14 +211,14 @@ class FeaturePipeline:
             return
         repairing = self.muted.nodes_repairing(self.keys.nodes, tick_end - self.settings.cadence_s, tick_end)
         if repairing is None:
-            keep_g, keep_p = _NO_SLOTS, _NO_SLOTS
+            repaired_g, repaired_p = _NO_SLOTS, _NO_SLOTS
         else:
-            keep_g = gpus[repairing[self.keys.gpus.slot_node[gpus]]]
-            keep_p = ports[repairing[self.keys.ports.port_node[ports]]]
-        restart_g = np.union1d(keep_g, np.intersect1d(gpus, swapped)).astype(np.intp)
-        self.counts.unplanned_resets += len(gpus) - len(restart_g) + len(ports) - len(keep_p)
-        if len(restart_g) or len(keep_p):
-            self.counts.baseline_restarts += self.baselines.restart(restart_g, keep_p)
+            repaired_g = gpus[repairing[self.keys.gpus.slot_node[gpus]]]
+            repaired_p = ports[repairing[self.keys.ports.port_node[ports]]]
+        restart_g = np.union1d(repaired_g, np.intersect1d(gpus, swapped)).astype(np.intp)
+        self.counts.unplanned_resets += len(gpus) - len(restart_g) + len(ports) - len(repaired_p)
+        if len(restart_g) or len(repaired_p):
+            self.counts.baseline_restarts += self.baselines.restart(restart_g, repaired_p)
 
     def _close_tick(self, k: int, gpu: Folded | None, net: Folded | None, xid: XidRows, bmc: BmcRows) -> FeatureBatch:
         s = self.settings

@@ -39,16 +39,23 @@ def _number(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _members(resource: dict[str, Any], key: str, url: str) -> list[tuple[int, dict[str, Any]]]:
+    """The objects of the list *key* of a Redfish *resource* (none when absent), with their index;
+    :class:`RedfishPayloadError` naming the URL when it is not a list of objects."""
+    items = resource.get(key, [])
+    if not isinstance(items, list):
+        raise RedfishPayloadError(f"redfish: {url}: '{key}' is {type(items).__name__}, not a list")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RedfishPayloadError(f"redfish: {url}: {key}[{i}] is {type(item).__name__}, not an object")
+    return list(enumerate(items))
+
+
 def thermal_events(node: str, ts: float, chassis: str, thermal: dict[str, Any], url: str) -> list[Record]:
     """``bmc_sensor`` events of one Thermal resource; :class:`RedfishPayloadError` if malformed."""
     out = []
     for key, stype in (("Temperatures", "temperature"), ("Fans", "fan")):
-        items = thermal.get(key, [])
-        if not isinstance(items, list):
-            raise RedfishPayloadError(f"redfish: {url}: '{key}' is {type(items).__name__}, not a list")
-        for i, t in enumerate(items):
-            if not isinstance(t, dict):
-                raise RedfishPayloadError(f"redfish: {url}: {key}[{i}] is {type(t).__name__}, not an object")
+        for i, t in _members(thermal, key, url):
             name = str(t.get("Name") or t.get("FanName") or f"{key}[{i}]")
             value = _number(t.get("ReadingCelsius") if stype == "temperature" else t.get("Reading"))
             unit = "Cel" if stype == "temperature" else str(t.get("ReadingUnits") or "RPM")
@@ -65,12 +72,7 @@ def power_events(node: str, ts: float, chassis: str, power: dict[str, Any], url:
     cap ``PowerLimit.LimitInWatts`` as its ``upper_critical``)."""
     out = []
     for key, stype, unnamed in (("PowerSupplies", "power_supply", "PSU"), ("PowerControl", "power", "PowerControl")):
-        items = power.get(key, [])
-        if not isinstance(items, list):
-            raise RedfishPayloadError(f"redfish: {url}: '{key}' is {type(items).__name__}, not a list")
-        for i, p in enumerate(items):
-            if not isinstance(p, dict):
-                raise RedfishPayloadError(f"redfish: {url}: {key}[{i}] is not an object")
+        for i, p in _members(power, key, url):
             status = p.get("Status") if isinstance(p.get("Status"), dict) else {}
             name = f"{chassis}/{p.get('Name') or f'{unnamed}{i}'}"
             if stype == "power_supply":
