@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from collector.operator_events import MaintenanceWindow, OperatorEventError, maintenance_window
+from pipeline.frames import operator_context_from_frame
 from remediation.policy import Action, Decision, PolicyState
 
 log = logging.getLogger(__name__)
@@ -73,11 +74,10 @@ class MaintenanceSchedule:
 
     @classmethod
     def from_frame(cls, events: Any) -> "MaintenanceSchedule":
-        """From a recording's events table (:meth:`Recording.events`); empty when it has none."""
-        if events is None or not len(events) or "source" not in events or "kind" not in events:
-            return cls()
-        rows = events[(events["source"] == "operator") & (events["kind"] == "maintenance")].to_dict("records")
-        return cls(_plain(r) for r in rows)
+        """From a recording's events table (:meth:`Recording.events`), read into records as the
+        pipeline reads them (:func:`pipeline.frames.operator_context_from_frame`; the agent's
+        command results among them declare no window); empty when it has none."""
+        return cls(operator_context_from_frame(events))
 
     def __len__(self) -> int:
         return len(self.windows)
@@ -127,12 +127,3 @@ def by_cause(suppressed: Iterable[Suppressed]) -> dict[str, int]:
         out[s.cause] = out.get(s.cause, 0) + 1
     return dict(sorted(out.items()))
 
-
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    """A table row as the event dict it came from: no NaN padding, lists as lists."""
-    out = {}
-    for k, v in row.items():
-        if v is None or (isinstance(v, float) and v != v):
-            continue
-        out[k] = v.tolist() if hasattr(v, "tolist") else v
-    return out
