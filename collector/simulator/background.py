@@ -4,7 +4,9 @@ Per part, zero-inflated and heavy-tailed: most GPUs and ports log nothing, a few
 steadily (lognormal rates around the world's median), a chronic card or two trickles
 hard, and rare bursts come and go: SBE bursts with a row remap left pending until the
 GPU is reset, IB error bursts, link flaps that recover, informational XIDs 63/92 and
-application XIDs. Counters already carry history at recording start (aggregate ECC,
+application XIDs; and *rises*: a healthy part's SBE, PCIe replay, NVLink CRC or IB error
+rate goes up mid-recording for hours and comes back down, so a sustained rise against a
+part's own rate is not, by itself, a precursor. Counters already carry history at recording start (aggregate ECC,
 remapped rows, IB counters, some stuck at their width). None of it is an incident.
 """
 
@@ -35,7 +37,7 @@ TRICKLE_LOG_SD = 1.0   # spread of PCIe/NVLink/IB trickle rates around the world
 class Episode:
     """A benign burst on one part over ticks [a, b)."""
 
-    kind: str            # "sbe_burst", "ib_burst", "flap", "app_xid", "info_xid"
+    kind: str            # "sbe_burst", "ib_burst", "flap", "app_xid", "info_xid", "rise"
     part: int            # GPU column or port column
     a: int
     b: int
@@ -43,6 +45,7 @@ class Episode:
     remap: bool = False
     pending_until: int = 0
     code: int = 0
+    counter: str = ""    # a rise's GPU counter ("" on a port: the IB trickle counters)
 
 
 @dataclass
@@ -102,9 +105,37 @@ def draw_background(world: World, rng: np.random.Generator, *, n_ticks: int, dt:
         eps.append(Episode("app_xid", part, a, a + 1, code=int(app_codes[int(rng.integers(0, len(app_codes)))])))
     for part, a, _ in spans(r["info_xid_per_gpu_day"], G, 1, 1):
         eps.append(Episode("info_xid", part, a, a + 1, code=int(rng.choice([63, 92]))))
+    eps += _rises(world, n_ticks=n_ticks, dt=dt, gpus=G, ports=NP)
     bg = Background(sbe, pcie, nvl, ib, eps)
     _legacy(bg, world, rng, G, NP, ports_per_node)
     return bg
+
+
+#: GPU counter of a rise, its range field and the unit of that range, in seconds
+_RISE_GPU = (("ecc_sbe_vol", "rise_sbe_per_h", 3600.0), ("pcie_replay", "rise_pcie_per_min", 60.0),
+             ("nvlink_crc_flit_err", "rise_nvlink_per_min", 60.0))
+
+
+def _rises(world: World, *, n_ticks: int, dt: float, gpus: int, ports: int) -> list[Episode]:
+    """Benign sustained rises (ranges.py ``rise_*``), from their own random stream: a seed's
+    other background is the same with or without them."""
+    rng = np.random.default_rng([world.seed, 0x7153])
+    r, rg = world.rates, world.ranges
+    days = n_ticks * dt / 86400
+    logu = lambda lo_hi: float(np.exp(rng.uniform(np.log(lo_hi[0]), np.log(lo_hi[1]))))  # noqa: E731
+    out: list[Episode] = []
+    for is_port, per_day, parts in ((False, r.get("rise_per_gpu_day", 0.0), gpus),
+                                    (True, r.get("rise_per_port_day", 0.0), ports)):
+        for _ in range(rng.poisson(per_day * parts * days)):
+            a = int(rng.integers(0, n_ticks))
+            b = min(n_ticks, a + max(1, int(logu(rg.rise_s) / dt)))
+            part = int(rng.integers(0, parts))
+            if is_port:
+                out.append(Episode("rise", part, a, b, logu(rg.rise_ib_per_h) * dt / 3600))
+            else:
+                counter, field_, unit_s = _RISE_GPU[int(rng.integers(0, len(_RISE_GPU)))]
+                out.append(Episode("rise", part, a, b, logu(getattr(rg, field_)) * dt / unit_s, counter=counter))
+    return out
 
 
 def _legacy(bg: Background, world: World, rng: np.random.Generator, G: int, NP: int, ports_per_node: int) -> None:
@@ -180,6 +211,14 @@ def apply_background(ch: "Chunk", bg: Background) -> None:
         elif e.kind == "ib_burst" and hi > lo:
             ch.net_rate("port_rcv_errors")[lo:hi, e.part] += e.per_tick
             ch.net_rate("symbol_error")[lo:hi, e.part] += e.per_tick * 0.5
+        elif e.kind == "rise" and hi > lo:
+            if e.counter:
+                ch.rate(e.counter)[lo:hi, e.part] += e.per_tick
+                if e.counter == "nvlink_crc_flit_err":
+                    ch.rate("nvlink_crc_data_err")[lo:hi, e.part] += e.per_tick * 0.05
+            else:
+                for name, share in IB_TRICKLE_SHARE.items():
+                    ch.net_rate(name)[lo:hi, e.part] += e.per_tick * share
         elif e.kind == "flap":
             if hi > lo:
                 ch.link_down[lo:hi, e.part] = True

@@ -145,6 +145,26 @@ class WorldRanges:
     ib_cap_per_h: float = 100.0
     #: IB error bursts per port-day (tens to thousands of rcv/symbol errors in minutes); (D)
     ib_burst_per_port_day: tuple[float, float] = (0.0, 0.03)
+    #: benign sustained rises per GPU-day and per port-day: a healthy part's error counter (SBE,
+    #: PCIe replay or NVLink CRC on a GPU; the IB trickle counters on a port) starts trickling
+    #: mid-recording, keeps on for rise_s, then stops, and never fails. FR §2: most SBEs come from
+    #: a few cards in bursts and streaks (≈5 % of GPUs ever log one, hardware failures run at
+    #: 1e-4–8e-4 per GPU-day, so nearly every SBE streak is benign); link errors come and go
+    #: (flaps "frequent and mostly transient"); post-FEC errors scale with the bits a link carries
+    #: (IBTA BER → errors per hour of traffic, FR §4), so a quiet port that starts carrying a job
+    #: starts erring. No published rate of such onsets: (D), kept rarer than the faults' precursors
+    #: are in training worlds
+    rise_per_gpu_day: tuple[float, float] = (0.0, 0.02)
+    rise_per_port_day: tuple[float, float] = (0.0, 0.02)
+    #: how long a rise lasts, s (log-uniform); (D)
+    rise_s: tuple[float, float] = (3600, 12 * 3600)
+    #: rate of a rising part while it is on: SBE per hour (steady trickle top to a chronic card,
+    #: FR §2), PCIe replays and NVLink CRC per minute (inside the trickle ranges and caps above,
+    #: 4–16x under DCGM's limits, FR §4), IB errors per hour (under the trickle cap); log-uniform
+    rise_sbe_per_h: tuple[float, float] = (1.0, 200.0)
+    rise_pcie_per_min: tuple[float, float] = (0.01, 4.0)
+    rise_nvlink_per_min: tuple[float, float] = (0.01, 3.0)
+    rise_ib_per_h: tuple[float, float] = (0.05, 100.0)
     #: link flaps per port-day that recover (state not ACTIVE for flap_s, link_downed +1); FR §2 Link flaps
     link_flap_per_port_day: tuple[float, float] = (0.0, 0.03)
     flap_s: tuple[float, float] = (5, 90)
@@ -199,6 +219,7 @@ def _background_times(name: str, k: float, note: str, *, sbe_frac: tuple[float, 
         ib_noisy_port_frac=noisy_port_frac, ib_rate_per_h=_times(t.ib_rate_per_h, k),
         ib_burst_per_port_day=_times(t.ib_burst_per_port_day, k),
         link_flap_per_port_day=_times(t.link_flap_per_port_day, k),
+        rise_per_gpu_day=_times(t.rise_per_gpu_day, k), rise_per_port_day=_times(t.rise_per_port_day, k),
         app_xid_per_gpu_day=_times(t.app_xid_per_gpu_day, k),
         info_xid_per_gpu_day=_times(t.info_xid_per_gpu_day, k),
         pcie_cap_per_min=pcie_cap, ib_cap_per_h=ib_cap)

@@ -140,6 +140,10 @@ def draw_world(seed: int, ranges: WorldRanges, nodes: int) -> World:
     }
     rates["chronic_sbe_cards"] = int(rng.integers(ranges.chronic_sbe_cards[0], ranges.chronic_sbe_cards[1] + 1))
     rates["skew_sd_s"] = skew_sd
+    # drawn last and from their own stream, so adding them changed no other draw of a seed's world
+    rise = np.random.default_rng([seed, 0x5153])
+    rates["rise_per_gpu_day"] = _u(rise, ranges.rise_per_gpu_day)
+    rates["rise_per_port_day"] = _u(rise, ranges.rise_per_port_day)
     return World(seed, ranges, base, node_iv, port_iv, generation, workload, skew, default, hot, racks, wraps, ports,
                  rates)
 

@@ -24,6 +24,7 @@ from collector.simulator import (
     world_config,
 )
 from collector.simulator import ranges as ranges_module
+from collector.simulator.background import apply_background, draw_background
 from collector.simulator.ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS, TUNING_SHIFTS
 from collector.xid import catalog
 
@@ -90,6 +91,43 @@ def test_healthy_parts_get_benign_background_errors(busy):
     g = gpu[~gpu["node"].isin(faulty_nodes)].sort_values("ts")
     sbe = g.groupby(["node", "gpu"])["ecc_sbe_vol"].agg(lambda s: s.max() - s.min())
     assert (sbe > 0).any(), "no healthy GPU logs SBE"
+
+
+def test_healthy_parts_rise_for_hours_and_come_back_down_from_their_own_random_stream():
+    """A benign rise lifts one part's rate over its span only, and adding rises to a world
+    changes none of its other draws (so the worlds recorded before them keep their content)."""
+    rising = replace(BUSY, rise_per_gpu_day=(2.0, 2.0), rise_per_port_day=(2.0, 2.0), rise_s=(1800, 1800))
+    quiet = replace(BUSY, rise_per_gpu_day=(0.0, 0.0), rise_per_port_day=(0.0, 0.0))
+    w_rise, w_quiet = draw_world(9, rising, 4), draw_world(9, quiet, 4)
+    assert {k: v for k, v in w_rise.rates.items() if not k.startswith("rise_")} == \
+        {k: v for k, v in w_quiet.rates.items() if not k.startswith("rise_")}
+    kw = dict(n_ticks=720, dt=10.0, gpus_per_node=8, ports_per_node=8, app_codes=RESTART_APP)
+    with_rises = draw_background(w_rise, np.random.default_rng(1), **kw)
+    without = draw_background(w_quiet, np.random.default_rng(1), **kw)
+    rises = [e for e in with_rises.episodes if e.kind == "rise"]
+    assert [e for e in with_rises.episodes if e.kind != "rise"] == without.episodes
+    assert {e.counter for e in rises} >= {"", "ecc_sbe_vol"} and all(e.b - e.a == 180 for e in rises if e.b < 720)
+    # rendered: the part's rate is up inside the span and back at its trickle outside it
+    gpu_rise = next(e for e in rises if e.counter and 0 < e.a and e.b < 720)
+
+    class Grid:  # just enough of generate.Chunk for apply_background
+        a, b, dt, G, NP = 0, 720, 10.0, 32, 32
+
+        def __init__(self):
+            self.rates = {}
+
+        def rate(self, name):
+            return self.rates.setdefault(name, np.zeros((720, 32)))
+
+        net_rate = rate
+
+        def __getattr__(self, name):  # inc, bg_event, link_down, ...: not under test here
+            return lambda *a, **k: np.zeros((720, 32))
+
+    grid = Grid()
+    apply_background(grid, replace(with_rises, episodes=[gpu_rise]))
+    col = grid.rates[gpu_rise.counter][:, gpu_rise.part] - (grid.rates[gpu_rise.counter][0, gpu_rise.part])
+    assert (col[gpu_rise.a:gpu_rise.b] > 0).all() and not col[:gpu_rise.a].any() and not col[gpu_rise.b:].any()
 
 
 def test_sampling_intervals_differ_between_nodes_when_the_world_mixes_them(busy):
@@ -169,7 +207,8 @@ def test_shift_worlds_lie_outside_the_training_ranges():
     x10, x3 = SHIFTS["shift-background-x10"], TUNING_SHIFTS["tune-background-x3"]
     for name in ("sbe_gpu_frac", "sbe_rate_per_h", "sbe_burst_per_gpu_day", "pcie_gpu_frac", "pcie_rate_per_min",
                  "nvlink_gpu_frac", "nvlink_rate_per_min", "ib_noisy_port_frac", "ib_rate_per_h", "ib_burst_per_port_day",
-                 "link_flap_per_port_day", "app_xid_per_gpu_day", "info_xid_per_gpu_day"):
+                 "link_flap_per_port_day", "app_xid_per_gpu_day", "info_xid_per_gpu_day", "rise_per_gpu_day",
+                 "rise_per_port_day"):
         assert getattr(x10, name)[0] >= getattr(TRAINING, name)[1], name
         assert getattr(x3, name)[0] >= getattr(TRAINING, name)[1], name
         # the tuning world stays below the judged one: a choice made on it is not made on the suite
