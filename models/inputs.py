@@ -30,6 +30,13 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     (r"^(sm_clock_mhz|power_w|util_gpu)_mean_(short|long)$",
      "absolute clocks, power and utilisation are the GPU generation's and the workload's, not the "
      "part's health; deficits against peers carry the fail-slow signal"),
+    (r"^temp_(gpu|mem)_c_mean_(short|long)$",
+     "a healthy GPU's temperature is its inlet air's, its cooling's and its generation's: idle GPUs "
+     "of one fleet sit near ambient, below anything busy in another; the thermal signal is the rise "
+     "(slope), the excess over peers and the throttle flags, and the rules read the levels"),
+    (r"^(power_w|sm_clock_mhz|util_gpu)_std_(short|long)$",
+     "how much power, clocks and load vary is the workload's (idle, diurnal inference, checkpoints) "
+     "and the exporter's (a cached exporter repeats one value), not the part's health"),
     (r"^(row_remap|retired_pages)_pending$",
      "a pending remap or retirement is an instruction (reset when idle), not a forecast: a healthy GPU "
      "carries one for hours after a benign burst of corrected errors; the rules act on it together "
