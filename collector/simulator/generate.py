@@ -169,6 +169,8 @@ class Renderer:
         else:
             level = wp.level[a:b]
         load = level[:, nog]
+        if wp is not None and wp.gpu_occupancy is not None:
+            load = load * wp.gpu_occupancy[a:b]
         busy = load > 0
         noise = rng.standard_normal((5, n, G), dtype=np.float32)
         util = np.where(busy, np.clip(95 * load * ch.util_factor + 2 * noise[0], 0, 100), 0).astype(np.float32)

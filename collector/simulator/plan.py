@@ -20,7 +20,7 @@ from .background import Background, draw_background
 from .bmc import BmcPlan, plan_bmc
 from .config import FIELD_RATE_PER_NODE_DAY, SimConfig
 from .sampling import sample_masks
-from .workload import GpuTraits, draw_traits, hot_offsets, load_levels, power_brakes, serving_timelines
+from .workload import GpuTraits, draw_traits, hot_offsets, load_levels, power_brakes, serving_timelines, shared_occupancy
 
 if TYPE_CHECKING:
     from .world import World
@@ -98,6 +98,7 @@ class WorldPlan:
     gpu_sampled: np.ndarray           # (T, N) bool: base ticks each node samples its GPUs at
     port_sampled: np.ndarray          # (T, N) bool: ... and its ports at
     brakes: list[tuple[int, int, list[int]]]  # rack-wide power-brake events (a, b, nodes)
+    gpu_occupancy: np.ndarray | None = None   # (T, G) float32: 0 where a shared node's GPU sits idle
 
 
 @dataclass
@@ -186,7 +187,8 @@ def _plan_world(plan: FleetPlan) -> None:
     gpu_mask, port_mask = sample_masks(world, T, rng)
     bg = draw_background(world, rng, n_ticks=T, dt=dt, gpus_per_node=cfg.gpus_per_node,
                          ports_per_node=cfg.ports_per_node, app_codes=codes)
-    plan.world = WorldPlan(traits, bg, level, gpu_mask, port_mask, power_brakes(world, rng, T, dt))
+    plan.world = WorldPlan(traits, bg, level, gpu_mask, port_mask, power_brakes(world, rng, T, dt),
+                           shared_occupancy(world, cfg.seed, T, dt, cfg.gpus_per_node))
 
 
 def _shape(inc: Incident, world: "World", rng: np.random.Generator, codes: tuple[int, ...]) -> None:

@@ -85,6 +85,13 @@ class WorldRanges:
     idle_node_frac: tuple[float, float] = (0.0, 0.15)
     #: inference nodes with a diurnal load; FR §2 Throttling (Llama 3 diurnal variation)
     inference_node_frac: tuple[float, float] = (0.0, 0.35)
+    #: shared nodes: training-class nodes whose GPUs each run their own jobs (a scheduler handing
+    #: out single GPUs: development and small-job partitions), so on one node some GPUs are busy
+    #: while others idle at idle clocks. RD §1 (peers must share the workload to be peers); (D) share
+    shared_node_frac: tuple[float, float] = (0.0, 0.25)
+    #: a shared node's GPU jobs and the idle gaps between them, s (log-uniform); (D)
+    shared_job_s: tuple[float, float] = (600, 6 * 3600)
+    shared_gap_s: tuple[float, float] = (300, 3 * 3600)
     #: share of busy samples at the SW power cap; FR §2 Throttling ("SW power cap is routine")
     power_cap_frac: tuple[float, float] = (0.02, 0.2)
     #: hot-but-healthy nodes whose busy temperature sits within a few °C of max operating; FR §2 Thermal

@@ -144,6 +144,7 @@ def draw_world(seed: int, ranges: WorldRanges, nodes: int) -> World:
     rise = np.random.default_rng([seed, 0x5153])
     rates["rise_per_gpu_day"] = _u(rise, ranges.rise_per_gpu_day)
     rates["rise_per_port_day"] = _u(rise, ranges.rise_per_port_day)
+    rates["shared_node_frac"] = _u(np.random.default_rng([seed, 0x5AED]), ranges.shared_node_frac)
     return World(seed, ranges, base, node_iv, port_iv, generation, workload, skew, default, hot, racks, wraps, ports,
                  rates)
 

@@ -130,6 +130,22 @@ def test_healthy_parts_rise_for_hours_and_come_back_down_from_their_own_random_s
     assert (col[gpu_rise.a:gpu_rise.b] > 0).all() and not col[:gpu_rise.a].any() and not col[gpu_rise.b:].any()
 
 
+def test_a_shared_nodes_gpus_run_their_own_jobs_so_some_idle_while_their_peers_work(tmp_path):
+    shared = replace(TRAINING, shared_node_frac=(1.0, 1.0), idle_node_frac=(0.0, 0.0),
+                     inference_node_frac=(0.0, 0.0), shared_job_s=(600, 600), shared_gap_s=(600, 600))
+    alone = replace(shared, shared_node_frac=(0.0, 0.0))
+    assert {k: v for k, v in draw_world(8, shared, 3).rates.items() if k != "shared_node_frac"} == \
+        {k: v for k, v in draw_world(8, alone, 3).rates.items() if k != "shared_node_frac"}
+    gpu = {}
+    for name, ranges in (("shared", shared), ("alone", alone)):
+        simulate_recording(_cfg(seed=8, ranges=ranges, nodes=3, hours=1.0), tmp_path / name)
+        g = open_recording(tmp_path / name).read_all("gpu")
+        gpu[name] = g.assign(tick=(g["ts"] // 60)).groupby(["node", "tick"])["util_gpu"].agg(["min", "max"])
+    split = (gpu["shared"]["min"] < 5) & (gpu["shared"]["max"] > 50)
+    assert split.mean() > 0.3, "a shared node's GPUs should often disagree on whether they are busy"
+    assert ((gpu["alone"]["min"] < 5) & (gpu["alone"]["max"] > 50)).mean() < 0.05
+
+
 def test_sampling_intervals_differ_between_nodes_when_the_world_mixes_them(busy):
     cfg, _, gpu, *_ = busy
     assert len(set(cfg.world.node_interval_s)) > 1
