@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .ranges import IB_COUNTER_BITS
-from .world import World
+from .world import World, log_uniform
 
 if TYPE_CHECKING:
     from .generate import Chunk
@@ -31,6 +31,7 @@ IB_TRICKLE_SHARE = {"port_rcv_errors": 1.0, "symbol_error": 0.6, "excessive_buff
 REMAP_MESSAGE = "Row Remapper: New row marked for remapping, reset gpu to activate."
 SBE_LOG_SD = 1.5       # heavy tail of per-GPU SBE rates, log units (FR §2 SBE: 98 % from a few cards)
 TRICKLE_LOG_SD = 1.0   # spread of PCIe/NVLink/IB trickle rates around the world's median, log units (D)
+NVLINK_DATA_SHARE = 0.05  # NVLink data CRC errors per flit CRC error on a healthy link (D)
 
 
 @dataclass
@@ -122,19 +123,19 @@ def _rises(world: World, *, n_ticks: int, dt: float, gpus: int, ports: int) -> l
     rng = np.random.default_rng([world.seed, 0x7153])
     r, rg = world.rates, world.ranges
     days = n_ticks * dt / 86400
-    logu = lambda lo_hi: float(np.exp(rng.uniform(np.log(lo_hi[0]), np.log(lo_hi[1]))))  # noqa: E731
     out: list[Episode] = []
     for is_port, per_day, parts in ((False, r.get("rise_per_gpu_day", 0.0), gpus),
                                     (True, r.get("rise_per_port_day", 0.0), ports)):
         for _ in range(rng.poisson(per_day * parts * days)):
             a = int(rng.integers(0, n_ticks))
-            b = min(n_ticks, a + max(1, int(logu(rg.rise_s) / dt)))
+            b = min(n_ticks, a + max(1, int(log_uniform(rng, rg.rise_s) / dt)))
             part = int(rng.integers(0, parts))
             if is_port:
-                out.append(Episode("rise", part, a, b, logu(rg.rise_ib_per_h) * dt / 3600))
+                out.append(Episode("rise", part, a, b, log_uniform(rng, rg.rise_ib_per_h) * dt / 3600))
             else:
                 counter, field_, unit_s = _RISE_GPU[int(rng.integers(0, len(_RISE_GPU)))]
-                out.append(Episode("rise", part, a, b, logu(getattr(rg, field_)) * dt / unit_s, counter=counter))
+                per_tick = log_uniform(rng, getattr(rg, field_)) * dt / unit_s
+                out.append(Episode("rise", part, a, b, per_tick, counter=counter))
     return out
 
 
@@ -185,7 +186,7 @@ def apply_background(ch: "Chunk", bg: Background) -> None:
         ch.rate("pcie_replay")[:] += bg.pcie_per_min * dt / 60
     if bg.nvlink_per_min.any():
         ch.rate("nvlink_crc_flit_err")[:] += bg.nvlink_per_min * dt / 60
-        ch.rate("nvlink_crc_data_err")[:] += bg.nvlink_per_min * 0.05 * dt / 60
+        ch.rate("nvlink_crc_data_err")[:] += bg.nvlink_per_min * NVLINK_DATA_SHARE * dt / 60
     if bg.ib_per_h.any():
         for name, share in IB_TRICKLE_SHARE.items():
             ch.net_rate(name)[:] += bg.ib_per_h * share * dt / 3600
@@ -215,7 +216,7 @@ def apply_background(ch: "Chunk", bg: Background) -> None:
             if e.counter:
                 ch.rate(e.counter)[lo:hi, e.part] += e.per_tick
                 if e.counter == "nvlink_crc_flit_err":
-                    ch.rate("nvlink_crc_data_err")[lo:hi, e.part] += e.per_tick * 0.05
+                    ch.rate("nvlink_crc_data_err")[lo:hi, e.part] += e.per_tick * NVLINK_DATA_SHARE
             else:
                 for name, share in IB_TRICKLE_SHARE.items():
                     ch.net_rate(name)[lo:hi, e.part] += e.per_tick * share

@@ -170,7 +170,7 @@ class Renderer:
             level = wp.level[a:b]
         load = level[:, nog]
         if wp is not None and wp.gpu_occupancy is not None:
-            load = load * wp.gpu_occupancy[a:b]
+            load = np.where(wp.gpu_occupancy[a:b], load, np.float32(0))
         busy = load > 0
         noise = rng.standard_normal((5, n, G), dtype=np.float32)
         util = np.where(busy, np.clip(95 * load * ch.util_factor + 2 * noise[0], 0, 100), 0).astype(np.float32)

@@ -20,7 +20,8 @@ from .background import Background, draw_background
 from .bmc import BmcPlan, plan_bmc
 from .config import FIELD_RATE_PER_NODE_DAY, SimConfig
 from .sampling import sample_masks
-from .workload import GpuTraits, draw_traits, hot_offsets, load_levels, power_brakes, serving_timelines, shared_occupancy
+from .workload import (GpuTraits, draw_traits, hot_offsets, load_levels, power_brakes, serving_timelines,
+                       shared_occupancy)
 
 if TYPE_CHECKING:
     from .world import World
@@ -98,7 +99,7 @@ class WorldPlan:
     gpu_sampled: np.ndarray           # (T, N) bool: base ticks each node samples its GPUs at
     port_sampled: np.ndarray          # (T, N) bool: ... and its ports at
     brakes: list[tuple[int, int, list[int]]]  # rack-wide power-brake events (a, b, nodes)
-    gpu_occupancy: np.ndarray | None = None   # (T, G) float32: 0 where a shared node's GPU sits idle
+    gpu_occupancy: np.ndarray | None = None   # (T, G) bool: False while a shared node's GPU sits idle
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ranges import GENERATIONS
-from .world import World
+from .world import World, log_uniform
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def load_levels(world: World, job: np.ndarray, ckpt: np.ndarray, *, dt: float, s
 
 
 def shared_occupancy(world: World, seed: int, n_ticks: int, dt: float, gpus_per_node: int) -> np.ndarray | None:
-    """(T, G) float32 per-GPU occupancy on *shared* nodes (ranges ``shared_*``), 1 elsewhere; None
+    """(T, G) bool: False while a *shared* node's GPU (ranges ``shared_*``) idles, True elsewhere; None
     when the world has no shared node. A shared node's GPUs each alternate their own jobs and idle
     gaps, so its GPUs are not one job's peers. Own random stream: no other draw changes."""
     rng = np.random.default_rng([seed, 0x5AEE])
@@ -102,14 +102,14 @@ def shared_occupancy(world: World, seed: int, n_ticks: int, dt: float, gpus_per_
     pick = [n for n in training if rng.random() < world.rates.get("shared_node_frac", 0.0)]
     if not pick:
         return None
-    logu = lambda r: float(np.exp(rng.uniform(np.log(r[0]), np.log(r[1]))))  # noqa: E731
-    occ = np.ones((n_ticks, len(world.workload) * gpus_per_node), np.float32)
+    occ = np.ones((n_ticks, len(world.workload) * gpus_per_node), bool)
     for n in pick:
         for g in range(n * gpus_per_node, (n + 1) * gpus_per_node):
             t, busy = 0, bool(rng.random() < 0.6)
             while t < n_ticks:
-                span = max(1, int(logu(world.ranges.shared_job_s if busy else world.ranges.shared_gap_s) / dt))
-                occ[t:t + span, g] = 1.0 if busy else 0.0
+                span_s = log_uniform(rng, world.ranges.shared_job_s if busy else world.ranges.shared_gap_s)
+                span = max(1, int(span_s / dt))
+                occ[t:t + span, g] = busy
                 t, busy = t + span, not busy
     return occ
 

@@ -87,7 +87,8 @@ def _u(rng: np.random.Generator, r: tuple[float, float]) -> float:
     return float(rng.uniform(r[0], r[1])) if r[1] > r[0] else float(r[0])
 
 
-def _logu(rng: np.random.Generator, r: tuple[float, float]) -> float:
+def log_uniform(rng: np.random.Generator, r: tuple[float, float]) -> float:
+    """A log-uniform draw from the range *r* (uniform when it starts at 0 or is one value)."""
     if r[0] <= 0 or r[1] <= r[0]:
         return _u(rng, r)
     return float(np.exp(rng.uniform(np.log(r[0]), np.log(r[1]))))
@@ -135,7 +136,7 @@ def draw_world(seed: int, ranges: WorldRanges, nodes: int) -> World:
     wraps = tuple(bool(x) for x in rng.random(nodes) < _u(rng, ranges.wrap_data_node_frac))
     ports = int(ranges.ports_per_node_choices[int(rng.integers(0, len(ranges.ports_per_node_choices)))])
     rates = {
-        name: (_logu(rng, getattr(ranges, name)) if name in _LOG_UNIFORM else _u(rng, getattr(ranges, name)))
+        name: (log_uniform(rng, getattr(ranges, name)) if name in _LOG_UNIFORM else _u(rng, getattr(ranges, name)))
         for name in _RATE_FIELDS
     }
     rates["chronic_sbe_cards"] = int(rng.integers(ranges.chronic_sbe_cards[0], ranges.chronic_sbe_cards[1] + 1))
