@@ -124,8 +124,8 @@ def _rises(world: World, *, n_ticks: int, dt: float, gpus: int, ports: int) -> l
     r, rg = world.rates, world.ranges
     days = n_ticks * dt / 86400
     out: list[Episode] = []
-    for is_port, per_day, parts in ((False, r.get("rise_per_gpu_day", 0.0), gpus),
-                                    (True, r.get("rise_per_port_day", 0.0), ports)):
+    for is_port, per_day, parts in ((False, r["rise_per_gpu_day"], gpus),
+                                    (True, r["rise_per_port_day"], ports)):
         for _ in range(rng.poisson(per_day * parts * days)):
             a = int(rng.integers(0, n_ticks))
             b = min(n_ticks, a + max(1, int(log_uniform(rng, rg.rise_s) / dt)))

@@ -99,7 +99,7 @@ def shared_occupancy(world: World, seed: int, n_ticks: int, dt: float, gpus_per_
     gaps, so its GPUs are not one job's peers. Own random stream: no other draw changes."""
     rng = np.random.default_rng([seed, 0x5AEE])
     training = [n for n, w in enumerate(world.workload) if w == "training"]
-    pick = [n for n in training if rng.random() < world.rates.get("shared_node_frac", 0.0)]
+    pick = [n for n in training if rng.random() < world.rates["shared_node_frac"]]
     if not pick:
         return None
     occ = np.ones((n_ticks, len(world.workload) * gpus_per_node), bool)
