@@ -25,7 +25,10 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def service(tmp_path: Path):  # noqa: ANN201
-    cfg = load_service_config(None, port=0, state_dir=str(tmp_path / "state"), simulate={"speedup": 120})
+    # the fleet runs at 120x, so the default hour-long proposal TTL is 30 s of wall time: give the
+    # person in this test a simulated day (12 min) before the waiting drain is cancelled
+    cfg = load_service_config(None, port=0, state_dir=str(tmp_path / "state"), simulate={"speedup": 120},
+                              safety={"proposal_ttl_s": 86_400})
     svc = Service(cfg).start()
     yield svc
     svc.stop()
@@ -39,7 +42,10 @@ def test_an_operator_signs_in_opens_a_node_and_approves_its_waiting_drain(
     auth = {"Authorization": f"Bearer {service.admin_token}"}
     r = httpx.post(f"{service.url}/v1/engine/pause", headers=auth, json={"note": "browser test"}, timeout=10)
     assert r.status_code == 200 and r.json()["paused"]
-    waiting = wait_until(lambda: service.store.query(states=[ActionState.PROPOSED], limit=1), timeout_s=150,
+    # only a proposal held back by the pause waits for a person: one the gate refuses (stale after a
+    # backlog, say) is stored proposed and moved to rejected a moment later, so it must not be picked
+    waiting = wait_until(lambda: [r for r in service.store.query(states=[ActionState.PROPOSED], limit=50)
+                                  if r.blocked_by == "paused"], timeout_s=150,
                          interval_s=0.5, message="a drain held for a person while paused")[0]
     node = waiting.node
 
