@@ -31,9 +31,10 @@ from .background import apply_background, saturate_ib
 from .bmc import render_bmc
 from .faults import EFFECTS
 from .plan import FleetPlan, Incident
-from .ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS
+from .ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS, UNSUPPORTED_FIELDS
 from .sampling import late_order, timestamps
 from .workload import HOME_TRAITS
+from .world import MASK_GPUS, World
 
 #: Counters that a reboot or driver reload sets back to zero (the rest persist in InfoROM).
 VOLATILE_GPU = tuple(c for c in GPU_COUNTERS if not c.endswith("_agg") and not c.startswith(("retired", "remapped")))
@@ -128,6 +129,8 @@ class Renderer:
         #: link speed of each port in a drawn world (its node's generation's HCA); None: 400 Gb/s everywhere
         self.port_gbps = None if world is None else np.repeat(
             np.array([GENERATIONS[g].ib_gbps for g in world.generation], np.float32), cfg.ports_per_node)
+        #: column -> GPUs (G,) that never report it (None: every GPU reports every field)
+        self.null_cols = None if world is None else null_columns(world, plan.node_of_gpu, cfg.gpus_per_node)
         if plan.world is not None:   # counters already high at recording start
             self.gpu_cum.update({c: v.astype(np.float64).copy() for c, v in plan.world.background.gpu_start.items()})
             self.net_cum.update({c: v.astype(np.float64).copy() for c, v in plan.world.background.net_start.items()})
@@ -255,9 +258,8 @@ class Renderer:
         assert wp is not None and world is not None  # only called in a drawn world
         nog = plan.node_of_gpu
         ts_node = timestamps(world, cfg.start_ts, ch.a, ch.b, rng)
-        dflt = np.array(world.exporter_default)
-        nulls = {name: dflt[nog] for name in EXPORTER_DEFAULT_MISSING} if dflt.any() else None
-        gpu_tbl = self._gpu_table(ts_node, cols, ch.missing, keep=wp.gpu_sampled[ch.a:ch.b][:, nog], null_cols=nulls)
+        gpu_tbl = self._gpu_table(ts_node, cols, ch.missing, keep=wp.gpu_sampled[ch.a:ch.b][:, nog],
+                                  null_cols=self.null_cols)
         nop = np.repeat(np.arange(cfg.nodes), cfg.ports_per_node)
         net_tbl = self._net_table(ch, rng, ts_node, level, resets, keep=wp.port_sampled[ch.a:ch.b][:, nop])
         frac = world.rates["late_row_frac"]
@@ -397,3 +399,18 @@ def _pci_bus(gpu: int) -> int:
 
 def _dict_col(codes: np.ndarray, dictionary: pa.Array) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), dictionary).cast(pa.string())
+
+
+def null_columns(world: World, node_of_gpu: np.ndarray, gpus_per_node: int) -> dict[str, np.ndarray] | None:
+    """Which GPUs (G,) lack each column: a node on dcgm-exporter's defaults lacks
+    EXPORTER_DEFAULT_MISSING; a GPU in a world's ``unsupported`` masks lacks that group's columns."""
+    dflt = np.array(world.exporter_default)
+    out = {name: dflt[node_of_gpu] for name in EXPORTER_DEFAULT_MISSING} if dflt.any() else {}
+    local = np.arange(len(node_of_gpu)) % gpus_per_node
+    for group, masks in world.unsupported.items():
+        lacks = (np.array(masks, np.int64)[node_of_gpu] >> np.minimum(local, MASK_GPUS)) & 1
+        lacks = lacks.astype(bool) & (local < MASK_GPUS)
+        if lacks.any():
+            for name in UNSUPPORTED_FIELDS[group]:
+                out[name] = out[name] | lacks if name in out else lacks
+    return out or None

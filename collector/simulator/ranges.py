@@ -64,6 +64,15 @@ EXPORTER_DEFAULT_MISSING: tuple[str, ...] = (
     "nvlink_recovery_err", "thermal_violation_us", "power_violation_us", "row_remap_pending",
 )
 
+#: Optional fields a device or exporter may not report at all (null), by group: the column(s)
+#: of each. Memory temperature reads "N/A" on every GPU of some nodes (shared/fixtures/nvidia_smi/
+#: gpud nvidia-smi-query 535.154.05 out.2); dcgm-exporter's default counter set has no
+#: DCGM_FI_DEV_POWER_MGMT_LIMIT (fixtures/dcgm_exporter/counters/default-counters.csv); framebuffer
+#: use is unsupported on some partitioned or virtualised parts (D).
+UNSUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {
+    "temp_mem_c": ("temp_mem_c",), "power_limit_w": ("power_limit_w",), "fb": ("fb_used_mib", "fb_free_mib"),
+}
+
 
 @dataclass(frozen=True)
 class WorldRanges:
@@ -120,6 +129,9 @@ class WorldRanges:
     driver_reload_per_node_day: tuple[float, float] = (0.0, 0.2)
     #: share of nodes on dcgm-exporter's default counter set (EXPORTER_DEFAULT_MISSING null); RD §6
     exporter_default_node_frac: tuple[float, float] = (0.0, 0.3)
+    #: share of nodes lacking each group of UNSUPPORTED_FIELDS (drawn per group); on such a node
+    #: every GPU lacks it (half the time) or a random subset does; RD §6, fixtures above, (D) share
+    unsupported_node_frac: tuple[float, float] = (0.0, 0.3)
     #: share of nodes whose port data/packet counters are 32-bit and wrap (RD §6 counter widths:
     #: data 32-bit in PortCounters; delta = current + 2^32 - previous); most HCAs report 64-bit (D)
     wrap_data_node_frac: tuple[float, float] = (0.0, 0.1)

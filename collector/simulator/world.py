@@ -18,7 +18,7 @@ import numpy as np
 
 from collector.xid import restart_app_codes
 
-from .ranges import GENERATIONS, WorldRanges
+from .ranges import GENERATIONS, UNSUPPORTED_FIELDS, WorldRanges
 
 if TYPE_CHECKING:
     from .config import SimConfig
@@ -51,6 +51,8 @@ class World:
     ports_per_node: int
     #: world-wide rates drawn from the ranges (name → value, units as in WorldRanges)
     rates: dict[str, float]
+    #: per UNSUPPORTED_FIELDS group, one bit mask per node: bit g set = GPU g does not report it
+    unsupported: dict[str, tuple[int, ...]]
 
     def to_json(self) -> dict[str, Any]:
         """The ``"world"`` entry of manifest.json."""
@@ -59,6 +61,7 @@ class World:
             "generation": list(self.generation), "workload": list(self.workload),
             "skew_s": [round(s, 3) for s in self.skew_s], "exporter_default": list(self.exporter_default),
             "hot": list(self.hot_node), "rack": list(self.rack_of_node), "wrap_data": list(self.wrap_data),
+            "unsupported": {k: list(v) for k, v in self.unsupported.items()},
         }
         r = asdict(self.ranges)
         return {"seed": self.seed, "ranges": self.ranges.name, "shift": self.ranges.shift,
@@ -147,7 +150,26 @@ def draw_world(seed: int, ranges: WorldRanges, nodes: int) -> World:
     rates["rise_per_port_day"] = _u(rise, ranges.rise_per_port_day)
     rates["shared_node_frac"] = _u(np.random.default_rng([seed, 0x5AED]), ranges.shared_node_frac)
     return World(seed, ranges, base, node_iv, port_iv, generation, workload, skew, default, hot, racks, wraps, ports,
-                 rates)
+                 rates, _unsupported(np.random.default_rng([seed, 0x0F1D]), ranges, nodes))
+
+
+#: GPU bits a node mask holds (GPUs past this on a node always report every field)
+MASK_GPUS = 16
+
+
+def _unsupported(rng: np.random.Generator, ranges: WorldRanges, nodes: int) -> dict[str, tuple[int, ...]]:
+    """Per optional-field group, which GPUs of each node lack it: a share of nodes drawn per group;
+    such a node lacks it on every GPU half the time, else on a random subset (at least one GPU)."""
+    out: dict[str, tuple[int, ...]] = {}
+    everyone = (1 << MASK_GPUS) - 1
+    for group in UNSUPPORTED_FIELDS:
+        frac = _u(rng, ranges.unsupported_node_frac)
+        hit, whole = rng.random(nodes) < frac, rng.random(nodes) < 0.5
+        some = rng.random((nodes, MASK_GPUS)) < 0.5
+        some[:, 0] |= ~some.any(axis=1)
+        bits = (some * (1 << np.arange(MASK_GPUS))).sum(axis=1)
+        out[group] = tuple(0 if not h else everyone if w else int(b) for h, w, b in zip(hit, whole, bits))
+    return out
 
 
 #: range fields drawn once per world (a uniform draw unless listed in _LOG_UNIFORM)

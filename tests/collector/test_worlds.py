@@ -25,7 +25,7 @@ from collector.simulator import (
 )
 from collector.simulator import ranges as ranges_module
 from collector.simulator.background import apply_background, draw_background
-from collector.simulator.ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS, TUNING_SHIFTS
+from collector.simulator.ranges import EXPORTER_DEFAULT_MISSING, GENERATIONS, TUNING_SHIFTS, UNSUPPORTED_FIELDS
 from collector.xid import catalog
 
 RESTART_APP = tuple(sorted(c for c, e in catalog().items() if e.immediate_action == "RESTART_APP"))
@@ -168,6 +168,26 @@ def test_fields_a_default_exporter_lacks_are_null_not_zero(busy):
     assert lacking["util_gpu"].notna().any() and lacking["remapped_rows_corr"].notna().any()
 
 
+def test_optional_fields_a_gpu_does_not_report_are_null_on_exactly_the_drawn_gpus(tmp_path):
+    lacking = replace(TRAINING, unsupported_node_frac=(0.6, 0.6))
+    plain = replace(TRAINING, unsupported_node_frac=(0.0, 0.0))
+    world = draw_world(9, lacking, 6)
+    assert {k: v for k, v in world.to_json().items() if k not in ("nodes", "range_values")} == \
+        {k: v for k, v in draw_world(9, plain, 6).to_json().items() if k not in ("nodes", "range_values")}
+    assert set(world.unsupported) == set(UNSUPPORTED_FIELDS) and any(m for v in world.unsupported.values() for m in v)
+    cfg = _cfg(seed=9, ranges=lacking, nodes=6, hours=0.5)
+    simulate_recording(cfg, tmp_path / "rec")
+    gpu = open_recording(tmp_path / "rec").read_all("gpu")
+    gpu = gpu[gpu["util_gpu"].notna()]        # a sample, not a gap
+    index = {n: i for i, n in enumerate(cfg.node_names())}
+    for group, cols in UNSUPPORTED_FIELDS.items():
+        mask = np.array(world.unsupported[group])[gpu["node"].map(index).to_numpy()]
+        lacks = ((mask >> gpu["gpu"].to_numpy().astype(np.int64)) & 1).astype(bool)
+        for col in cols:
+            assert gpu.loc[lacks, col].isna().all() and gpu.loc[~lacks, col].notna().all(), col
+        assert lacks.any() or not any(world.unsupported[group])
+
+
 def test_lifetime_counters_start_non_zero_and_narrow_ib_counters_stick_at_their_width(busy):
     _, _, gpu, net, *_ = busy
     first = gpu.sort_values("ts").groupby(["node", "gpu"]).first()
@@ -208,12 +228,13 @@ def test_the_home_world_has_no_world_entry_and_keeps_one_interval():
 
 def test_generation_profiles_set_limits_and_clocks(busy):
     cfg, _, gpu, *_ = busy
+    assert gpu["power_limit_w"].notna().mean() > 0.5
     gen = dict(zip(cfg.node_names(), cfg.world.generation))
     g = gpu.assign(gen=gpu["node"].map(gen))
     for name, prof in GENERATIONS.items():
         part = g[g["gen"] == name]
         if len(part):
-            assert (part["power_limit_w"] == prof.power_limit_w).all()
+            assert (part["power_limit_w"].dropna() == prof.power_limit_w).all()   # null where not reported
             assert part["sm_clock_mhz"].max() <= prof.max_sm_clock_mhz + 15
 
 
