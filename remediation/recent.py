@@ -54,7 +54,12 @@ class RecentActions:
     def snapshot(self, now: float, cfg: SafetyConfig, *, fleet_size: int, held: set[str],
                  partition_of: dict[str, tuple[str, ...]], partition_size: dict[str, int],
                  paused: bool, breaker_open: bool) -> Snapshot:
-        """The gate's snapshot: the engine's state as given, with the counts of gpuops' own actions."""
+        """The gate's snapshot: the engine's state as given, with the counts of gpuops' own actions.
+
+        Actions older than every window the limits read (rate, cooldown, lemon, breaker) are let
+        go here, so an engine that runs for months keeps weeks of them, not all it ever took."""
+        horizon = max(cfg.action_window_s, cfg.node_cooldown_s, cfg.lemon_window_s, cfg.breaker_window_s)
+        self.past = [p for p in self.past if now - p.created_at < horizon]
         auto = [p for p in self.past if p.automatic]
         last: dict[str, float] = {}
         lemons: dict[str, int] = {}

@@ -1,0 +1,38 @@
+"""RecentActions: the counts the safety gate reads, and what it lets go."""
+
+from __future__ import annotations
+
+from remediation.actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState
+from remediation.recent import RecentActions
+from remediation.safety import SafetyConfig
+
+CFG = SafetyConfig(action_window_s=3600, node_cooldown_s=1800, lemon_window_s=7 * 86400, breaker_window_s=600)
+
+
+def _drain(node: str, at: float, actor: str = ENGINE_ACTOR) -> ActionRecord:
+    return ActionRecord(id=f"{node}-{at}", node=node, kind=ActionKind.DRAIN, state=ActionState.SUCCEEDED,
+                        reason="test", actor=actor, incident_ts=at, created_at=at, updated_at=at)
+
+
+def _snap(recent: RecentActions, now: float):
+    return recent.snapshot(now, CFG, fleet_size=100, held=set(), partition_of={}, partition_size={},
+                           paused=False, breaker_open=False)
+
+
+def test_counts_come_from_gpuops_own_actions_within_each_window():
+    recent = RecentActions()
+    recent.load([_drain("a", 0.0), _drain("a", 5000.0), _drain("b", 5000.0, actor="alice")])
+    snap = _snap(recent, 6000.0)
+    assert snap.actions_in_window == 1                      # a@5000 only: b was a person's, a@0 is out of the hour
+    assert snap.last_action_at == {"a": 5000.0} and snap.recent_holds == {"a": 2}
+
+
+def test_actions_older_than_every_window_are_let_go_and_change_no_count():
+    recent = RecentActions()
+    week = 7 * 86400
+    recent.load([_drain(f"n{i}", float(i)) for i in range(1000)])
+    recent.add(_drain("late", week + 500.0), automatic=True)
+    snap = _snap(recent, week + 600.0)
+    assert [p.node for p in recent.past] == [f"n{i}" for i in range(601, 1000)] + ["late"]
+    assert snap.recent_holds["n999"] == 1 and "n0" not in snap.recent_holds
+    assert snap.actions_in_window == 1
