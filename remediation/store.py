@@ -36,6 +36,9 @@ from sqlalchemy.pool import StaticPool
 
 from remediation.actions import ActionKind, ActionRecord, ActionState, check_transition
 
+from .tables import (action_events, actions, leases, node_scores, settings, settings_events,
+                     silence_events, silences)
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: Alembic's bookkeeping table, named so it cannot collide with another tool's in a shared database
 VERSION_TABLE = "gpuops_store_version"
@@ -106,54 +109,6 @@ class NodeScoreRow:
     state: str
 
 
-# ---- schema (the migrations own it; these mirror revision head for queries) -----------------
-
-_md = sa.MetaData()
-actions = sa.Table(
-    "actions", _md,
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("node", sa.String(255), nullable=False, index=True),
-    sa.Column("kind", sa.String(32), nullable=False),
-    sa.Column("state", sa.String(32), nullable=False, index=True),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("actor", sa.String(255), nullable=False),
-    sa.Column("incident_ts", sa.Double, nullable=False),
-    sa.Column("created_at", sa.Double, nullable=False, index=True),
-    sa.Column("updated_at", sa.Double, nullable=False),
-    sa.Column("gpu", sa.Integer, nullable=True),
-    sa.Column("fault", sa.String(255), nullable=True),
-    sa.Column("grade", sa.String(64), nullable=True),
-    sa.Column("source", sa.String(64), nullable=True),
-    sa.Column("score", sa.Double, nullable=True),
-    sa.Column("evidence", sa.Text, nullable=False),
-    sa.Column("dry_run", sa.Boolean, nullable=False),
-    sa.Column("adapter", sa.String(64), nullable=False),
-    sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("error", sa.Text, nullable=True),
-    sa.Column("result", sa.Text, nullable=False),
-    sa.Column("blocked_by", sa.Text, nullable=True),
-)
-action_events = sa.Table(
-    "action_events", _md,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("action_id", sa.String(64), sa.ForeignKey("actions.id", ondelete="CASCADE"),
-              nullable=False, index=True),
-    sa.Column("at", sa.Double, nullable=False),
-    sa.Column("from_state", sa.String(32), nullable=True),
-    sa.Column("to_state", sa.String(32), nullable=False),
-    sa.Column("actor", sa.String(255), nullable=False),
-    sa.Column("note", sa.Text, nullable=False),
-)
-node_scores = sa.Table(
-    "node_scores", _md,
-    sa.Column("node", sa.String(255), primary_key=True),
-    sa.Column("ts", sa.Double, nullable=False),
-    sa.Column("risk", sa.Double, nullable=False),
-    sa.Column("fault", sa.String(255), nullable=True),
-    sa.Column("anomaly", sa.Double, nullable=False),
-    sa.Column("rule", sa.String(255), nullable=True),
-    sa.Column("state", sa.String(32), nullable=False),
-)
 _SCORE_COLUMNS = ("node", "ts", "risk", "fault", "anomaly", "rule", "state")
 _PG_PUT_SCORES = sa.text(
     "INSERT INTO node_scores (node, ts, risk, fault, anomaly, rule, state) "
@@ -161,54 +116,6 @@ _PG_PUT_SCORES = sa.text(
     "CAST(:fault AS varchar[]), CAST(:anomaly AS float8[]), CAST(:rule AS varchar[]), CAST(:state AS varchar[])) "
     "ON CONFLICT (node) DO UPDATE SET ts = EXCLUDED.ts, risk = EXCLUDED.risk, fault = EXCLUDED.fault, "
     "anomaly = EXCLUDED.anomaly, rule = EXCLUDED.rule, state = EXCLUDED.state")
-settings = sa.Table(
-    "settings", _md,
-    sa.Column("key", sa.String(255), primary_key=True),
-    sa.Column("value", sa.Text, nullable=False),
-    sa.Column("updated_at", sa.Double, nullable=False),
-    sa.Column("actor", sa.String(255), nullable=False),
-)
-settings_events = sa.Table(
-    "settings_events", _md,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("key", sa.String(255), nullable=False, index=True),
-    sa.Column("at", sa.Double, nullable=False),
-    sa.Column("value", sa.Text, nullable=False),
-    sa.Column("actor", sa.String(255), nullable=False),
-    sa.Column("note", sa.Text, nullable=False),
-)
-leases = sa.Table(
-    "leases", _md,
-    sa.Column("name", sa.String(255), primary_key=True),
-    sa.Column("holder", sa.String(255), nullable=False),
-    sa.Column("expires_at", sa.Double, nullable=False),
-    sa.Column("epoch", sa.BigInteger, nullable=False),
-    sa.Column("acquired_at", sa.Double, nullable=False),
-)
-silences = sa.Table(
-    "silences", _md,
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("scope", sa.Text, nullable=False),
-    sa.Column("mutes", sa.String(16), nullable=False),
-    sa.Column("starts_at", sa.Double, nullable=False),
-    sa.Column("ends_at", sa.Double, nullable=False, index=True),
-    sa.Column("author", sa.String(255), nullable=False),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("created_at", sa.Double, nullable=False),
-    sa.Column("deleted_at", sa.Double, nullable=True),
-    sa.Column("deleted_by", sa.String(255), nullable=True),
-)
-silence_events = sa.Table(
-    "silence_events", _md,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("silence_id", sa.String(64), nullable=False, index=True),
-    sa.Column("at", sa.Double, nullable=False),
-    sa.Column("event", sa.String(32), nullable=False),
-    sa.Column("actor", sa.String(255), nullable=False),
-    sa.Column("note", sa.Text, nullable=False),
-)
-#: the tables' metadata at migration head (a test checks the migrations produce exactly this)
-METADATA = _md
 
 _RECORD_COLUMNS = tuple(c.name for c in actions.columns)
 _JSON_FIELDS = ("evidence", "result")

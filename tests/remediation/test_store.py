@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from remediation.actions import (ENGINE_ACTOR, ActionKind, ActionRecord, ActionState,
                                  InvalidTransition, action_id)
-from remediation.store import (METADATA, VERSION_TABLE, ActionStore, NodeScoreRow, StaleRecord,
-                               StoreError)
+from remediation.store import VERSION_TABLE, ActionStore, NodeScoreRow, StaleRecord, StoreError
+from remediation.tables import METADATA
 
 T0 = 1_800_000_000.0
 
