@@ -64,6 +64,10 @@ _PEERS = (
     ("temp_gpu_excess_vs_peers", "temp_gpu_c", "degC", "own - node median short-window GPU temperature; > 0 hotter"),
     ("power_abs_dev_vs_peers", "power_w", "ratio", "|own - node median| / node median short-window power"),
 )
+#: A GPU at or above this short-window utilisation is busy, and only busy GPUs are one another's
+#: peers for clocks (research/robust-detection.md §1: peers share the workload). Idle GPUs sit at
+#: 0 %; a busy one in a checkpoint dip stays well above 10 %.
+BUSY_UTIL_PCT = 10.0
 #: (feature, gauge, floor of the robust scale in the gauge's unit)
 _FLEET = (("node_sm_clock_fleet_z", "sm_clock_mhz", 5.0), ("node_temp_gpu_fleet_z", "temp_gpu_c", 1.0),
           ("node_power_fleet_z", "power_w", 5.0), ("node_util_fleet_z", "util_gpu", 2.0))
@@ -133,6 +137,10 @@ def _build() -> tuple[tuple[str, str, str], ...]:
           for stem, _, meaning in _BASELINE_STEMS]
     f += [(f"net_{c}_cusum_port_max", "nats", f"{c} on the node's port with the most evidence of erring {RHO:g}x "
            "its own rate: Poisson CUSUM beyond the alarm level") for c in NET_ERROR_COUNTERS]
+    # ---- fifth set: peers that share the workload
+    f += [("sm_clock_deficit_vs_busy_peers", "ratio", "(median of the node's busy GPUs - own) / that median, "
+           f"short-window SM clock, for a busy GPU (utilisation >= {BUSY_UTIL_PCT:g} %); NaN while it idles: an idle "
+           "GPU beside busy ones (a node shared by several jobs) is not slow")]
     return tuple(f)
 
 
@@ -179,6 +187,8 @@ _LAST_COLS = np.array([FEATURE_INDEX[name] for name, *_ in _LAST], np.intp)
 _MED_GAUGES = tuple(dict.fromkeys(p[1] for p in _PEERS + _FLEET))
 _MED_IDX = np.array([WINDOW_GAUGES.index(g) for g in _MED_GAUGES])
 _FLEET_COLS = np.array([FEATURE_INDEX[name] for name, _, _ in _FLEET], np.intp)
+_CLOCK_MED, _UTIL_MED = _MED_GAUGES.index("sm_clock_mhz"), _MED_GAUGES.index("util_gpu")
+_BUSY_DEFICIT = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers"]
 _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
 _FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
 _BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"], FEATURE_INDEX["other_nodes_power_brake_short"]
@@ -315,6 +325,9 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
         else:
             v = _div(np.abs(o - m), m)
         f[FEATURE_INDEX[name]] = v
+    clock, busy = own[_CLOCK_MED], own[_UTIL_MED] >= BUSY_UTIL_PCT
+    busy_med = group_medians(np.where(busy, clock, np.nan)[None], grp, int(scored.sum()))[0, grp]
+    f[_BUSY_DEFICIT] = np.where(busy, _div(busy_med - clock, busy_med), np.nan)
     f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
     with np.errstate(invalid="ignore"):
         braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=int(scored.sum())) > 0

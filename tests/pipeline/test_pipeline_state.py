@@ -123,6 +123,22 @@ def test_one_slow_gpu_among_eight_stands_out_against_its_peers() -> None:
     assert by_node.node[np.argmax(col)] == "gpu-node-002" and col.max() == deficit.max()
 
 
+def test_on_a_shared_node_an_idle_gpu_is_nobodys_straggler_but_a_slow_busy_one_is() -> None:
+    fleet = Fleet(nodes=2, gpus=8, samples=12, interval_s=5.0)
+    g = gpu_frame(fleet)
+    node = g.node == "gpu-node-001"
+    idle = node & g.gpu.isin([0, 1, 2])  # another job's GPUs, idle at idle clocks
+    g.loc[idle, ["sm_clock_mhz", "util_gpu"]] = [345.0, 0.0]
+    slow = node & (g.gpu == 6)
+    g.loc[slow, "sm_clock_mhz"] = 1200.0
+    f = run(g)[T0 + 60].set_index(["node", "gpu"])
+    busy_deficit, all_deficit = f["sm_clock_deficit_vs_busy_peers"], f["sm_clock_deficit_vs_peers"]
+    assert busy_deficit.loc["gpu-node-001"].loc[[0, 1, 2]].isna().all()
+    assert all_deficit.loc["gpu-node-001"].loc[[0, 1, 2]].min() > 0.5  # what the old feature read as slow
+    assert busy_deficit.idxmax() == ("gpu-node-001", 6) and busy_deficit.max() > 0.3
+    assert busy_deficit.drop(("gpu-node-001", 6)).abs().max() < 0.02
+
+
 def test_xids_are_counted_by_catalogue_class_and_unresolved_ones_count_for_the_node_only() -> None:
     fleet = Fleet(nodes=2, gpus=4, samples=12, interval_s=10.0)
     e = events_frame(fleet, [(5, 0, 1, 13), (6, 0, 1, 43), (7, 0, 2, 79), (8, 1, None, 48)])
