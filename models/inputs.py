@@ -37,9 +37,6 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     (r"^(power_w|sm_clock_mhz|util_gpu)_std_(short|long)$",
      "how much power, clocks and load vary is the workload's (idle, diurnal inference, checkpoints) "
      "and the exporter's (a cached exporter repeats one value), not the part's health"),
-    (r"^sm_clock_deficit_vs_peers$",
-     "against every GPU of the node, idle ones included: on a node shared by several jobs an idle GPU "
-     "sits at idle clocks beside busy ones; sm_clock_deficit_vs_busy_peers compares busy GPUs only"),
     (r"^(row_remap|retired_pages)_pending$",
      "a pending remap or retirement is an instruction (reset when idle), not a forecast: a healthy GPU "
      "carries one for hours after a benign burst of corrected errors; the rules act on it together "
