@@ -27,8 +27,8 @@ from .base import NO_FAULT, Detector, DetectorOutput
 from .treeeval import IsolationTrees
 
 #: substrings selecting the features the forest sees (deviations, rates, throttling)
-FEATURE_KEYS = ("_vs_peers", "_vs_busy_peers", "_fleet_z", "_per_h_", "_per_min_", "_frac_short", "row_remap", *HARDWARE_XID_KEYS,
-                "xid_other", "temp_gpu_c_slope", "_cusum")
+FEATURE_KEYS = ("_vs_peers", "_vs_busy_peers", "_fleet_z", "_per_h_", "_per_min_", "_frac_short", "row_remap",
+                *HARDWARE_XID_KEYS, "xid_other", "temp_gpu_c_slope", "_cusum")
 #: congestion is normal on a busy fabric: never an anomaly on its own
 EXCLUDE_KEYS = ("xmit_wait", "power_cap")
 
