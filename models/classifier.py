@@ -56,8 +56,13 @@ class FailureClassifier(Detector):
 
     def __init__(self, feature_names: Sequence[str], inputs: Sequence[str] | None = None, *, max_iter: int = 300,
                  learning_rate: float = 0.1, max_leaf_nodes: int = 15, min_samples_leaf: int = 100,
-                 l2_regularization: float = 5.0, max_features: float = 0.5, seed: int = 0, class_min_p: float = 0.02):
+                 l2_regularization: float = 5.0, max_features: float = 0.5, seed: int = 0, class_min_p: float = 0.02,
+                 members: int = 1):
         super().__init__(feature_names, inputs)
+        if members < 1:
+            raise ValueError(f"members must be >= 1, got {members}")
+        #: binary models averaged (a seed ensemble): one model's few-incident quirks vary with its seed
+        self.members = members
         # small, strongly regularised trees with feature subsampling: a fleet gives only a few
         # incidents per class, and bigger trees learn their incidental conjunctions (a power
         # slope, a temperature level) instead of the error signals
@@ -69,9 +74,12 @@ class FailureClassifier(Detector):
         self.model: HistGradientBoostingClassifier | None = None
         self.class_model: HistGradientBoostingClassifier | None = None
         self.calibrator: LogisticRegression | None = None
+        #: the other members of a seed ensemble: (binary model, its calibrator), seeds seed+1 ...
+        self.extra: list[tuple[HistGradientBoostingClassifier, LogisticRegression | None]] = []
         self.healthy_q: np.ndarray | None = None  # (3, F): p1, p50, p99 of healthy rows
         self.explain_features: dict[int, list[int]] = {}
         self._compiled: tuple[BoostedTrees, BoostedTrees] | None = None  # built from the models on first score
+        self._compiled_extra: list[BoostedTrees] | None = None
 
     def _fit(self, x: np.ndarray, y: np.ndarray | None, *, sample_weight: np.ndarray | None,
              x_val: np.ndarray | None = None, y_val: np.ndarray | None = None,
@@ -79,19 +87,26 @@ class FailureClassifier(Detector):
         if y is None:
             raise ValueError("the classifier needs labels")
         target = (y != NO_FAULT).astype(np.int8)
-        self.model = HistGradientBoostingClassifier(early_stopping=False,
-                                                    monotonic_cst=monotone_constraints(self.inputs),
-                                                    **self.params)
-        self.model.fit(x, target, sample_weight=sample_weight)
-        self._compiled = None
+        models = []
+        for k in range(self.members):
+            m = HistGradientBoostingClassifier(early_stopping=False, monotonic_cst=monotone_constraints(self.inputs),
+                                               **(self.params | {"random_state": self.params["random_state"] + k}))
+            models.append(m.fit(x, target, sample_weight=sample_weight))
+        self.model = models[0]
+        self._compiled, self._compiled_extra = None, None
         pos = target == 1
         self.class_model = HistGradientBoostingClassifier(
             early_stopping=False, **(self.params | {"max_iter": 150, "min_samples_leaf": 20}))
         self.class_model.fit(x[pos], y[pos])
         self._fit_explanations(x, y)
+        self.extra = [(m, None) for m in models[1:]]
         if x_val is not None and y_val is not None and len(np.unique(y_val != NO_FAULT)) == 2:
-            self.calibrator = LogisticRegression(C=1e4)
-            self.calibrator.fit(_logit(self._raw_any(x_val)), (y_val != NO_FAULT).astype(int), sample_weight=w_val)
+            target_val = (y_val != NO_FAULT).astype(int)
+            self.calibrator = LogisticRegression(C=1e4).fit(_logit(self._raw_any(x_val)), target_val,
+                                                            sample_weight=w_val)
+            self.extra = [(m, LogisticRegression(C=1e4).fit(_logit(t.proba_binary(x_val)), target_val,
+                                                            sample_weight=w_val))
+                          for m, t in zip(models[1:], self._extra_trees())]
 
     def _fit_explanations(self, x: np.ndarray, y: np.ndarray) -> None:
         healthy = x[y == NO_FAULT]
@@ -117,13 +132,23 @@ class FailureClassifier(Detector):
             self._compiled = BoostedTrees.from_sklearn(self.model), BoostedTrees.from_sklearn(self.class_model)
         return self._compiled
 
+    def _extra_trees(self) -> list[BoostedTrees]:
+        if self._compiled_extra is None:
+            self._compiled_extra = [BoostedTrees.from_sklearn(m) for m, _ in self.extra]
+        return self._compiled_extra
+
     def _raw_any(self, x: np.ndarray) -> np.ndarray:
         return self._trees()[0].proba_binary(x)
 
     def _score(self, x: np.ndarray) -> DetectorOutput:
         assert self.class_model is not None
         raw = self._raw_any(x)
-        p = (self.calibrator.predict_proba(_logit(raw))[:, 1] if self.calibrator is not None else raw).astype(np.float32)
+        p = _calibrated(self.calibrator, raw)
+        if self.extra:
+            for (_, cal), trees in zip(self.extra, self._extra_trees()):
+                p = p + _calibrated(cal, trees.proba_binary(x))
+            p = p / (1 + len(self.extra))
+        p = p.astype(np.float32)
         fault = np.zeros(len(x), np.int8)
         risky = np.flatnonzero(p >= self.class_min_p)
         if risky.size:
@@ -152,17 +177,23 @@ class FailureClassifier(Detector):
 
     def get_state(self) -> dict[str, Any]:
         return {"params": self.params, "class_min_p": self.class_min_p, "model": self.model,
-                "class_model": self.class_model, "calibrator": self.calibrator,
+                "class_model": self.class_model, "calibrator": self.calibrator, "extra": self.extra,
                 "healthy_q": self.healthy_q, "explain_features": self.explain_features}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.params = state["params"]
         self.model, self.calibrator = state["model"], state["calibrator"]
-        self._compiled = None
+        self.extra = list(state.get("extra", []))      # bundles from before seed ensembles have none
+        self.members = 1 + len(self.extra)
+        self._compiled, self._compiled_extra = None, None
         self.class_model, self.class_min_p = state["class_model"], state["class_min_p"]
         self.healthy_q, self.explain_features = state["healthy_q"], {int(k): v for k, v in
                                                                      state["explain_features"].items()}
         self.fitted = self.model is not None
+
+
+def _calibrated(calibrator: LogisticRegression | None, raw: np.ndarray) -> np.ndarray:
+    return calibrator.predict_proba(_logit(raw))[:, 1] if calibrator is not None else raw.astype(np.float64)
 
 
 def _logit(p: np.ndarray) -> np.ndarray:

@@ -75,6 +75,8 @@ class TrainSettings:
     #: recording read window, s (memory ~ one window of rows)
     window_s: float = 3600.0
     seed: int = 0
+    #: binary classifiers averaged (seeds seed .. seed+members-1): a seed ensemble
+    members: int = 1
     labels: LabelSettings = field(default_factory=LabelSettings)
 
 
@@ -155,7 +157,7 @@ def train_bundle(recordings: Sequence[str | Path], settings: TrainSettings = Tra
     inputs, no_data = inputs_with_data(model_inputs(FEATURE_NAMES), xt)
     if no_data:
         log.info("left out of the model inputs, no value in the training rows: %s", ", ".join(no_data))
-    clf = FailureClassifier(FEATURE_NAMES, inputs, seed=settings.seed)
+    clf = FailureClassifier(FEATURE_NAMES, inputs, seed=settings.seed, members=settings.members)
     clf.fit(xt, yt, sample_weight=wt, x_val=xv, y_val=yv, w_val=wv)
     anomaly = AnomalyDetector(FEATURE_NAMES, inputs, seed=settings.seed).fit(xt, yt, x_val=xv, y_val=yv)
     metrics = validation_metrics(clf, xv, yv, wv)

@@ -15,6 +15,9 @@ def train(
     recordings: list[Path] = typer.Argument(..., exists=True, file_okay=False, help="Recording directories with incidents.jsonl."),
     out: Path = typer.Option(..., "--out", help="Model directory to write."),
     seed: int = typer.Option(0, "--seed", help="Random seed (sampling, trees)."),
+    members: int = typer.Option(1, "--members", min=1, max=9,
+                                help="Failure classifiers averaged, trained with seeds SEED, SEED+1, ... on the same "
+                                     "rows (a seed ensemble: steadier on fleets nobody trained on)."),
     val_fraction: float = typer.Option(0.3, "--val-fraction", min=0.05, max=0.9,
                                        help="Share at the end of each recording held out (time split)."),
 ) -> None:
@@ -26,7 +29,7 @@ def train(
     from collector.recording import RecordingError
 
     console = Console(stderr=True)
-    settings = TrainSettings(seed=seed, val_fraction=val_fraction)
+    settings = TrainSettings(seed=seed, val_fraction=val_fraction, members=members)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=console, transient=True) as bar:

@@ -133,6 +133,29 @@ def test_saved_bundle_loads_and_scores_identically(tmp_path):
     assert back.metrics == {"ap": 1.0} and back.metadata["training"]["recordings"] == ["r"]
 
 
+def test_a_seed_ensemble_averages_its_members_calibrated_probabilities_and_saves_them(tmp_path):
+    x, y = _toy()
+    xv, yv = _toy(seed=1)
+    one = FailureClassifier(FEATURE_NAMES, max_iter=20, max_features=0.3).fit(x, y, x_val=xv, y_val=yv)
+    three = FailureClassifier(FEATURE_NAMES, max_iter=20, max_features=0.3, members=3).fit(x, y, x_val=xv, y_val=yv)
+    assert len(three.extra) == 2 and all(cal is not None for _, cal in three.extra)
+    seeds = [m.random_state for m in (three.model, *(m for m, _ in three.extra))]
+    assert seeds == [0, 1, 2]
+    # member 0 is the single model; the ensemble's p is the mean of the members' calibrated p
+    np.testing.assert_array_equal(one.score(xv[:50]).detail["raw"], three.score(xv[:50]).detail["raw"])
+    each = [cal.predict_proba(np.log(np.clip(r, 1e-7, 1 - 1e-7) / (1 - np.clip(r, 1e-7, 1 - 1e-7)))[:, None])[:, 1]
+            for r, cal in [(m.predict_proba(xv[:50])[:, 1], c) for m, c in
+                           [(three.model, three.calibrator), *three.extra]]]
+    np.testing.assert_allclose(three.score(xv[:50]).p, np.mean(each, axis=0), atol=1e-5)
+    b = ModelBundle(RulesDetector(FEATURE_NAMES), three, AnomalyDetector(FEATURE_NAMES, n_estimators=20).fit(x, y))
+    b.save(tmp_path / "m")
+    back = ModelBundle.load(tmp_path / "m")
+    assert back.classifier.members == 3
+    np.testing.assert_array_equal(b.score(xv[:100]).p_fail, back.score(xv[:100]).p_fail)
+    with pytest.raises(ValueError, match="members"):
+        FailureClassifier(FEATURE_NAMES, members=0)
+
+
 def _saved_small_bundle(path, inputs=None):
     x, y = _toy()
     clf = FailureClassifier(FEATURE_NAMES, inputs, max_iter=10).fit(x, y)
