@@ -87,26 +87,24 @@ class FailureClassifier(Detector):
         if y is None:
             raise ValueError("the classifier needs labels")
         target = (y != NO_FAULT).astype(np.int8)
-        models = []
-        for k in range(self.members):
-            m = HistGradientBoostingClassifier(early_stopping=False, monotonic_cst=monotone_constraints(self.inputs),
-                                               **(self.params | {"random_state": self.params["random_state"] + k}))
-            models.append(m.fit(x, target, sample_weight=sample_weight))
-        self.model = models[0]
+        members = [HistGradientBoostingClassifier(early_stopping=False, monotonic_cst=monotone_constraints(self.inputs),
+                                                  **(self.params | {"random_state": self.params["random_state"] + k}))
+                   .fit(x, target, sample_weight=sample_weight) for k in range(self.members)]
+        self.model, self.extra = members[0], [(m, None) for m in members[1:]]
         self._compiled, self._compiled_extra = None, None
         pos = target == 1
         self.class_model = HistGradientBoostingClassifier(
             early_stopping=False, **(self.params | {"max_iter": 150, "min_samples_leaf": 20}))
         self.class_model.fit(x[pos], y[pos])
         self._fit_explanations(x, y)
-        self.extra = [(m, None) for m in models[1:]]
         if x_val is not None and y_val is not None and len(np.unique(y_val != NO_FAULT)) == 2:
             target_val = (y_val != NO_FAULT).astype(int)
-            self.calibrator = LogisticRegression(C=1e4).fit(_logit(self._raw_any(x_val)), target_val,
-                                                            sample_weight=w_val)
-            self.extra = [(m, LogisticRegression(C=1e4).fit(_logit(t.proba_binary(x_val)), target_val,
-                                                            sample_weight=w_val))
-                          for m, t in zip(models[1:], self._extra_trees())]
+
+            def platt(raw: np.ndarray) -> LogisticRegression:   # each member calibrated on its own
+                return LogisticRegression(C=1e4).fit(_logit(raw), target_val, sample_weight=w_val)
+
+            self.calibrator = platt(self._raw_any(x_val))
+            self.extra = [(m, platt(t.proba_binary(x_val))) for (m, _), t in zip(self.extra, self._extra_trees())]
 
     def _fit_explanations(self, x: np.ndarray, y: np.ndarray) -> None:
         healthy = x[y == NO_FAULT]
@@ -143,12 +141,9 @@ class FailureClassifier(Detector):
     def _score(self, x: np.ndarray) -> DetectorOutput:
         assert self.class_model is not None
         raw = self._raw_any(x)
-        p = _calibrated(self.calibrator, raw)
-        if self.extra:
-            for (_, cal), trees in zip(self.extra, self._extra_trees()):
-                p = p + _calibrated(cal, trees.proba_binary(x))
-            p = p / (1 + len(self.extra))
-        p = p.astype(np.float32)
+        each = [_calibrated(self.calibrator, raw)] + [_calibrated(cal, t.proba_binary(x))
+                                                      for (_, cal), t in zip(self.extra, self._extra_trees())]
+        p = (sum(each) / len(each)).astype(np.float32)   # a seed ensemble's mean (one member: its p)
         fault = np.zeros(len(x), np.int8)
         risky = np.flatnonzero(p >= self.class_min_p)
         if risky.size:

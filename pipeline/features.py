@@ -310,8 +310,12 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     scored = per_node > 0
     grp = (np.cumsum(scored) - 1)[nodes]  # index of each GPU's node among the nodes scored, by id
     f[FEATURE_INDEX["node_gpus_scored"]] = per_node[nodes]
+    n_scored = int(scored.sum())
     own = mean[0, _MED_IDX]  # (gauge, GPU) short-window means
-    node_med = group_medians(own, grp, int(scored.sum()))  # one median per node and gauge
+    clock, busy = own[_CLOCK_MED], own[_UTIL_MED] >= BUSY_UTIL_PCT
+    # one grouping for every gauge's node median and the median clock of the node's busy GPUs
+    meds = group_medians(np.vstack([own, np.where(busy, clock, np.nan)[None]]), grp, n_scored)
+    node_med, busy_med = meds[:-1], meds[-1, grp]  # one median per node and gauge; busy clock per GPU
     med = node_med[:, grp]
     for name, g, _, _ in _PEERS:
         j = _MED_GAUGES.index(g)
@@ -325,12 +329,10 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
         else:
             v = _div(np.abs(o - m), m)
         f[FEATURE_INDEX[name]] = v
-    clock, busy = own[_CLOCK_MED], own[_UTIL_MED] >= BUSY_UTIL_PCT
-    busy_med = group_medians(np.where(busy, clock, np.nan)[None], grp, int(scored.sum()))[0, grp]
     f[_BUSY_DEFICIT] = np.where(busy, _div(busy_med - clock, busy_med), np.nan)
     f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
     with np.errstate(invalid="ignore"):
-        braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=int(scored.sum())) > 0
+        braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=n_scored) > 0
     f[_OTHER_BRAKE] = braking.sum() - braking[grp]
 
     base = baselines.gpu

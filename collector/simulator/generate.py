@@ -408,8 +408,8 @@ def null_columns(world: World, node_of_gpu: np.ndarray, gpus_per_node: int) -> d
     out = {name: dflt[node_of_gpu] for name in EXPORTER_DEFAULT_MISSING} if dflt.any() else {}
     local = np.arange(len(node_of_gpu)) % gpus_per_node
     for group, masks in world.unsupported.items():
-        lacks = (np.array(masks, np.int64)[node_of_gpu] >> np.minimum(local, MASK_GPUS)) & 1
-        lacks = lacks.astype(bool) & (local < MASK_GPUS)
+        # a mask holds MASK_GPUS bits, so shifting by MASK_GPUS reads 0: GPUs past it report everything
+        lacks = ((np.array(masks, np.int64)[node_of_gpu] >> np.minimum(local, MASK_GPUS)) & 1).astype(bool)
         if lacks.any():
             for name in UNSUPPORTED_FIELDS[group]:
                 out[name] = out[name] | lacks if name in out else lacks
