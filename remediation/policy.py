@@ -9,7 +9,10 @@ Every decision carries its :class:`~collector.schema.Grade`:
 1. a node gpuops already drained or reset is *held*: no new action, and it is
    resumed (ADVISORY) once it has been out ``min_hold_s`` and healthy for
    ``resume_after_s``; a node held on a prediction alone is escalated once to the
-   fault's hard action when the prediction becomes corroborated (see 3);
+   fault's hard action when the prediction becomes corroborated (see 3); a node held
+   on a prediction whose failure then arrives (an acting rule: a fatal XID, a hard
+   threshold) takes the rule's action and follow-up once, CERTAIN — the catalogue's
+   remedy (reset, reboot) rather than a hold that waits for a failed GPU to look healthy;
 2. a rule with a disruptive action (fatal XID, hard threshold) acts at once with the
    rule's action and follow-up: CERTAIN;
 3. a predicted failure acts when its calibrated probability stayed above the fault's
@@ -63,6 +66,8 @@ Explain = Callable[[int, str], str]
 _ACTING = (Action.DRAIN, Action.RESET, Action.REQUEUE)
 #: the least disruptive action that protects the next job: all a prediction alone may do
 PREDICTION_ALONE = Action.DRAIN
+#: holds taken on a prediction: certain evidence arriving later upgrades them to the rule's remedy
+_PREDICTION_GRADES = (Grade.PREDICTED, Grade.CORROBORATED)
 #: the window of the alert rate limits, s
 RATE_WINDOW_S = 3600.0
 
@@ -306,6 +311,9 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     anomaly_level = max(cfg.anomaly_alert, floors.anomaly)
     ns = _strange_run(ns, anomaly, now, anomaly_level, cfg)
     if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
+        if rule_acts and ns.held_grade in _PREDICTION_GRADES:  # the failure came: the catalogue's remedy
+            return replace(ns, held_grade=Grade.CERTAIN, held_fault=s.rule_fault_class(i), healthy_since=None), [
+                _rule_decision(i, name, s, rule_action, now, explain)]
         if (ns.held_grade is Grade.PREDICTED and fault is not None and fault is ns.held_fault
                 and p >= floors.act(cfg, fault)):
             action, follow_up = _hard(cfg, fault)
@@ -323,12 +331,9 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                 Decision(now, name, None, Action.RESUME, None, p, reason, "policy")]
         return replace(ns, healthy_since=since), []
     if rule_acts:                                       # 2. hard evidence: act now
-        rf = s.rule_fault_class(i)
-        gpu = int(s.rule_gpu[i]) if s.rule_gpu[i] >= 0 else None  # -1: the rule acts on the whole node
-        return replace(ns, held_since=now, held_grade=Grade.CERTAIN, held_fault=rf, healthy_since=None,
-                       above_since=None, high_since=None, episodes=(), alert_times=()), [
-            Decision(now, name, gpu, rule_action, rf, 1.0, explain(i, "rule"), "rule",
-                     Grade.CERTAIN, s.rule_follow_up[i])]
+        return replace(ns, held_since=now, held_grade=Grade.CERTAIN, held_fault=s.rule_fault_class(i),
+                       healthy_since=None, above_since=None, high_since=None, episodes=(), alert_times=()), [
+            _rule_decision(i, name, s, rule_action, now, explain)]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
     if (warm and fault is not None and ns.above_since is not None and now - ns.above_since >= cfg.sustain_for(fault)
             and not retried):                           # 3. predicted failure, sustained in telemetry time
@@ -345,6 +350,13 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                 Decision(now, name, int(s.gpu[i]), action, fault, p, reason, "model", grade, follow_up)]
     return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, cfg, explain, fleet,
                    max(cfg.alert_threshold, floors.p), anomaly_level)
+
+
+def _rule_decision(i: int, name: str, s: NodeScores, action: Action, now: float, explain: Explain) -> Decision:
+    """An acting rule's decision: its action and follow-up, on its GPU or (rule GPU -1) the whole node."""
+    gpu = int(s.rule_gpu[i]) if s.rule_gpu[i] >= 0 else None
+    return Decision(now, name, gpu, action, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule",
+                    Grade.CERTAIN, s.rule_follow_up[i])
 
 
 def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, fault: FaultClass | None,

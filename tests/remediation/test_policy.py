@@ -240,6 +240,18 @@ def test_a_reset_on_a_prediction_needs_a_sustained_rise_and_is_graded_corroborat
     assert "corroborated: p >= 0.90 for 10 min" in out[-1].reason
 
 
+def test_a_node_held_on_a_prediction_takes_the_rules_remedy_once_when_its_failure_comes():
+    """Drained on a prediction, then the fatal XID: the catalogue's follow-up (here a reboot) is issued
+    at once, CERTAIN, and the hold is never escalated again by the still-high prediction."""
+    fatal = {"p": (0.95,), "fault": ("gpu_off_bus",), "rule": (0,), "rule_fault": ("gpu_off_bus",),
+             "rule_action": (Action.DRAIN,), "rule_follow_up": [FollowUp.REBOOT]}
+    out, st = run([{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [fatal] * 20)
+    acted = [(x.ts, x.action, x.grade, x.follow_up, x.source) for x in out if x.action is not Action.ALERT]
+    assert acted == [(60.0, Action.DRAIN, Grade.PREDICTED, None, "model"),
+                     (180.0, Action.DRAIN, Grade.CERTAIN, FollowUp.REBOOT, "rule")]
+    assert st.nodes["n0"].held_grade is Grade.CERTAIN
+
+
 def test_a_prediction_with_the_anomaly_detector_agreeing_takes_the_hard_action_at_once():
     cfg = CFG.model_copy(update={"actions": {FaultClass.HBM_ECC: Action.RESET}})
     out, _ = run([{"p": (0.8,), "fault": ("hbm_ecc",), "anomaly": (0.9995,)}] * 2, cfg)
