@@ -143,13 +143,15 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          inclusive=True, on_node=True, below=True),
     Rule("hw_thermal", "throttle_hw_thermal_frac_short", 0.5, _F.THERMAL, _A.DRAIN,
          "hardware thermal slowdown {value:.0%} of the time"),
-    # a power brake on three or more nodes at once is the facility's (a rack's PSU shelf, a power-capping
-    # test): healthy nodes ride it out, so it never drains them one by one; a node braking alone
-    # for 90 s of the last 30 minutes, and still, has lost its own power delivery
+    # a power brake on two or more nodes at once is a shared cause (a rack's PSU shelf or PDU, a
+    # power-capping test; a rack holds a few nodes, a fleet's last rack maybe two): healthy nodes ride
+    # it out, so it never drains them one by one. A node's own supply fails independently of its
+    # neighbours', so one braking alone for 90 s of the last 30 minutes, and still, has lost its own
+    # power delivery
     Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", 0.05, _F.POWER, _A.DRAIN,
          "hardware power brake {value:.0%} of the last 30 min, still on, and on no other node",
          requires=(("throttle_hw_power_brake_frac_short", 0.5),),
-         unless_at_least=(("other_nodes_power_brake_short", 2),)),
+         unless_at_least=(("other_nodes_power_brake_short", 1),)),
     Rule("pcie_replay_storm", "pcie_replay_per_min_short", 1000, _F.PCIE, _A.DRAIN,
          "PCIe replay storm: {value:.0f}/min"),
     # alert-only rules come last: on a row where an acting rule fires too, the acting rule wins.

@@ -281,6 +281,7 @@ def test_a_brief_or_facility_wide_power_brake_is_ridden_out_and_one_nodes_own_dr
     assert _rule_on(throttle_hw_power_brake_frac_short=1.0, throttle_hw_power_brake_frac_long=0.05) is None
     rack = dict(throttle_hw_power_brake_frac_short=1.0, throttle_hw_power_brake_frac_long=0.5)
     assert _rule_on(**rack, other_nodes_power_brake_short=5) is None
+    assert _rule_on(**rack, other_nodes_power_brake_short=1) is None  # two nodes at once: a shared cause
     held = _rule_on(**rack, other_nodes_power_brake_short=0)
     assert held is not None and held.name == "hw_power_brake" and held.action.value == "drain"
 
