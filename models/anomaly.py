@@ -1,13 +1,21 @@
 """Unsupervised anomaly detector for faults no label covers.
 
 Two views of "unlike the healthy fleet", on a compact, log-scaled selection of the
-features (peer and fleet deviations, error rates, rate CUSUMs, throttle fractions); a port
-reaches it only through its CUSUM, as it does the classifier (models/inputs.py):
+features — workload-driven gauges compared with the GPU's peers and the fleet (clock,
+utilisation, temperature and power deviations, temperature slopes):
 
 * an ``IsolationForest`` for unusual *combinations*;
 * a robust z-score (distance from the healthy median in units of the healthy MAD,
-  with a floor) for a single feature far outside its healthy range — including error
-  counters that are always zero on healthy GPUs, which a forest cannot split on.
+  with a floor) for a single feature far outside its healthy range.
+
+Error counters are not in the view. A counter is zero on most healthy GPUs and has a
+heavy benign tail on a few (SBE trickles and bursts, NVLink CRC, PCIe replays, IB
+errors, lone XID 94s): it has no healthy scale, and whichever benign pattern the
+training worlds lacked reads as "unlike healthy" on the next fleet. Counters are judged
+against their own part's baseline by rate CUSUMs, the classifier and the catalogue's
+rules; peer comparison with persistence is for gauges (research/robust-detection.md §1
+and §9: no MAD z-scores on sparse error counts). This also makes the detector's
+agreement a second signal *independent* of the counters a prediction reads.
 
 Each is calibrated to the fraction of healthy held-out rows that are *less* anomalous;
 the level is the larger of the two, so 0.999 means "stranger than 99.9 % of healthy
@@ -21,16 +29,11 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.ensemble import IsolationForest
 
-from collector.xid import HARDWARE_XID_KEYS
-
 from .base import NO_FAULT, Detector, DetectorOutput
 from .treeeval import IsolationTrees
 
-#: substrings selecting the features the forest sees (deviations, rates, throttling)
-FEATURE_KEYS = ("_vs_peers", "_vs_busy_peers", "_fleet_z", "_per_h_", "_per_min_", "_frac_short", "row_remap",
-                *HARDWARE_XID_KEYS, "xid_other", "temp_gpu_c_slope", "_cusum")
-#: congestion is normal on a busy fabric: never an anomaly on its own
-EXCLUDE_KEYS = ("xmit_wait", "power_cap")
+#: substrings selecting the features the detector sees: peer and fleet deviations of gauges, temperature slopes
+FEATURE_KEYS = ("_vs_peers", "_vs_busy_peers", "_fleet_z", "temp_gpu_c_slope")
 
 
 class AnomalyDetector(Detector):
@@ -42,7 +45,7 @@ class AnomalyDetector(Detector):
                  max_samples: int = 4096, seed: int = 0):
         super().__init__(feature_names, inputs)
         self.cols = np.array([i for i, n in enumerate(self.inputs)
-                              if any(k in n for k in FEATURE_KEYS) and not any(k in n for k in EXCLUDE_KEYS)])
+                              if any(k in n for k in FEATURE_KEYS)])
         self.params = dict(n_estimators=n_estimators, max_samples=max_samples, random_state=seed)
         self.forest: IsolationForest | None = None
         self.fill: np.ndarray | None = None
