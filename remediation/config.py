@@ -137,7 +137,8 @@ class PolicyConfig(BaseModel):
         86400.0, ge=0,
         description="After gpuops acted on a node on a *prediction* and the node came back healthy, further "
         "predictions for it within this many seconds only alert: the prediction was wrong once (a confounder "
-        "such as a steady low SBE rate), so a person decides. Rules on hard evidence still act. 24 h.")
+        "such as a steady low SBE rate), so a person decides. Rules on hard evidence still act. A prediction "
+        "whose failure came while the node was held (an acting rule fired: it was right) does not count. 24 h.")
     actions: dict[FaultClass, Action] = Field(
         default_factory=lambda: dict(DEFAULT_ACTIONS),
         description="Hardest action per predicted fault class, taken only when the prediction is corroborated; "

@@ -12,7 +12,8 @@ Every decision carries its :class:`~collector.schema.Grade`:
    fault's hard action when the prediction becomes corroborated (see 3); a node held
    on a prediction whose failure then arrives (an acting rule: a fatal XID, a hard
    threshold) takes the rule's action and follow-up once, CERTAIN — the catalogue's
-   remedy (reset, reboot) rather than a hold that waits for a failed GPU to look healthy;
+   remedy (reset, reboot) rather than a hold that waits for a failed GPU to look healthy —
+   and, the prediction having come true, does not cap the node's next prediction;
 2. a rule with a disruptive action (fatal XID, hard threshold) acts at once with the
    rule's action and follow-up: CERTAIN;
 3. a predicted failure acts when its calibrated probability stayed above the fault's
@@ -312,7 +313,9 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     ns = _strange_run(ns, anomaly, now, anomaly_level, cfg)
     if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
         if rule_acts and ns.held_grade in _PREDICTION_GRADES:  # the failure came: the catalogue's remedy
-            return replace(ns, held_grade=Grade.CERTAIN, held_fault=s.rule_fault_class(i), healthy_since=None), [
+            # ...and the prediction was right, so it does not cap the node's next one (model_retry_window_s)
+            return replace(ns, held_grade=Grade.CERTAIN, held_fault=s.rule_fault_class(i), healthy_since=None,
+                           predicted_action_at=None), [
                 _rule_decision(i, name, s, rule_action, now, explain)]
         if (ns.held_grade is Grade.PREDICTED and fault is not None and fault is ns.held_fault
                 and p >= floors.act(cfg, fault)):

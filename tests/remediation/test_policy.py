@@ -252,6 +252,21 @@ def test_a_node_held_on_a_prediction_takes_the_rules_remedy_once_when_its_failur
     assert st.nodes["n0"].held_grade is Grade.CERTAIN
 
 
+def test_a_prediction_that_came_true_does_not_cap_the_nodes_next_one():
+    """The retry cap is for predictions that were wrong. One whose failure came while the node was held
+    was right: after the node is resumed, its next sustained prediction drains again."""
+    fatal = {"p": (0.95,), "fault": ("gpu_off_bus",), "rule": (0,), "rule_fault": ("gpu_off_bus",),
+             "rule_action": (Action.DRAIN,)}
+    healthy = {"p": (0.01,), "fault": ("gpu_off_bus",)}
+    again = {"p": (0.8,), "fault": ("hbm_ecc",)}
+    timeline = [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [fatal] * 3 + [healthy] * 30 + [again] * 3
+    acted = [(x.action, x.source, x.fault) for x in run(timeline)[0] if x.action is not Action.ALERT]
+    assert acted == [(Action.DRAIN, "model", FaultClass.GPU_OFF_BUS), (Action.DRAIN, "rule", FaultClass.GPU_OFF_BUS),
+                     (Action.RESUME, "policy", None), (Action.DRAIN, "model", FaultClass.HBM_ECC)]
+    wrong = [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [healthy] * 33 + [again] * 3  # no failure came
+    assert [x.action for x in run(wrong)[0] if x.action is not Action.ALERT] == [Action.DRAIN, Action.RESUME]
+
+
 def test_a_prediction_with_the_anomaly_detector_agreeing_takes_the_hard_action_at_once():
     cfg = CFG.model_copy(update={"actions": {FaultClass.HBM_ECC: Action.RESET}})
     out, _ = run([{"p": (0.8,), "fault": ("hbm_ecc",), "anomaly": (0.9995,)}] * 2, cfg)
