@@ -114,6 +114,11 @@ class PolicyConfig(BaseModel):
         description="An alert opens an episode for (node, GPU, signal); while the condition stays true, or "
         "comes back within this many seconds, no new alert is sent. 30 min: a signal that flickers around "
         "its threshold is one story for the person reading it, not a page per flicker.")
+    anomaly_episode_gap_s: float = Field(
+        86400.0, ge=0,
+        description="The same for an anomaly's episode on one GPU: it stays open while the GPU turns strange again "
+        "within this many seconds. 24 h: a part that stays unlike its peers all day (a GPU that always draws more "
+        "power than its neighbours) is one story, told once a day, not every time it comes back after half an hour.")
     node_alerts_per_h: int = Field(
         1, ge=1,
         description="At most this many alerts per node in any hour (distinct episodes beyond it wait, and are "

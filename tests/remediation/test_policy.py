@@ -324,11 +324,20 @@ def test_resumes_and_alerts_are_advisory():
 
 
 def test_a_five_hour_anomaly_is_one_alert_and_a_new_one_comes_after_the_episode_ends_and_the_gap():
-    cfg = CFG.model_copy(update={"alert_episode_gap_s": 1800.0})
+    cfg = CFG.model_copy(update={"anomaly_episode_gap_s": 1800.0})
     on, off = {"anomaly": (0.99999,), "anomaly_gpu": (3,)}, {"anomaly": (0.0,)}
     timeline = [on] * 300 + [off] * 20 + [on] * 10 + [off] * 31 + [on] * 5   # 5 h; 20 min off; 31 min off
     out, _ = run(timeline, cfg)
     assert [(x.ts, x.gpu, x.source) for x in out] == [(0.0, 3, "anomaly"), (60.0 * 361, 3, "anomaly")]
+
+
+def test_a_gpu_that_stays_unlike_its_peers_all_day_is_one_anomaly_alert_a_day():
+    on, off = {"anomaly": (0.99999,), "anomaly_gpu": (2,)}, {"anomaly": (0.0,)}
+    day = ([on] * 10 + [off] * 120) * 11          # strange 10 min every 2 h 10 min, for a day
+    out, _ = run(day + [off] * 1330 + [on] * 10)  # ... and again over 24 h after it was last strange
+    assert [(x.ts, x.gpu) for x in out] == [(0.0, 2), (60.0 * (len(day) + 1330), 2)]
+    p_first = [{"p": (0.5,), "fault": ("thermal",)}] * 3 + [{"p": (0.0,)}] * 70 + [{"p": (0.5,), "fault": ("thermal",)}]
+    assert len(run(p_first)[0]) == 2              # a prediction's episode still ends after alert_episode_gap_s
 
 
 def test_anomaly_episodes_are_per_gpu():
