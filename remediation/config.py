@@ -220,6 +220,10 @@ class PolicyConfig(BaseModel):
         """Telemetry seconds a prediction of *fault* must hold before it acts."""
         return self.act_sustain_s_by_fault.get(fault, self.act_sustain_s)
 
+    def episode_gap_for(self, signal: str) -> float:
+        """Telemetry seconds an alert episode of *signal* stays open after it was last true."""
+        return self.anomaly_episode_gap_s if signal == "anomaly" else self.alert_episode_gap_s
+
     def action_for(self, fault: FaultClass) -> Action:
         """The hardest action a corroborated prediction of *fault* may take."""
         return self.actions.get(fault, DEFAULT_ACTIONS[fault])

@@ -36,8 +36,8 @@ Every decision carries its :class:`~collector.schema.Grade`:
    per (node, fault class), as its probability is the node's worst GPU's, and an anomaly
    on a node whose prediction was told joins that story: one alert opens an episode,
    which stays open while the condition is true or comes back within
-   ``alert_episode_gap_s`` (an anomaly's: ``anomaly_episode_gap_s``, a day); at most ``node_alerts_per_h`` per node and
-   ``fleet_alerts_per_h`` fleet-wide are sent in any hour, and an episode held back
+   ``alert_episode_gap_s`` (an anomaly's: ``anomaly_episode_gap_s``, a day); at most
+   ``node_alerts_per_h`` per node and ``fleet_alerts_per_h`` fleet-wide are sent in any hour, and an episode held back
    by a cap is sent later, while still true, once the hour allows. An action on the
    node closes its episodes and clears its hourly count: what comes after it is a new story.
 
@@ -383,8 +383,7 @@ def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: 
         true.append((gpu, "anomaly", "anomaly", gpu))
     if not true:
         return ns, []
-    episodes = {(e.part, e.signal): e for e in ns.episodes
-                if now - e.last_true <= (cfg.anomaly_episode_gap_s if e.signal == "anomaly" else cfg.alert_episode_gap_s)}
+    episodes = {(e.part, e.signal): e for e in ns.episodes if now - e.last_true <= cfg.episode_gap_for(e.signal)}
     sent = [t for t in ns.alert_times if now - t < RATE_WINDOW_S]
     out: list[Decision] = []
     for part, signal, source, gpu in true:

@@ -240,11 +240,15 @@ def test_a_reset_on_a_prediction_needs_a_sustained_rise_and_is_graded_corroborat
     assert "corroborated: p >= 0.90 for 10 min" in out[-1].reason
 
 
+#: one tick of a predicted off-bus failure arriving: the XID 79 rule fires, the prediction still high
+OFF_BUS_XID = {"p": (0.95,), "fault": ("gpu_off_bus",), "rule": (0,), "rule_fault": ("gpu_off_bus",),
+               "rule_action": (Action.DRAIN,)}
+
+
 def test_a_node_held_on_a_prediction_takes_the_rules_remedy_once_when_its_failure_comes():
     """Drained on a prediction, then the fatal XID: the catalogue's follow-up (here a reboot) is issued
     at once, CERTAIN, and the hold is never escalated again by the still-high prediction."""
-    fatal = {"p": (0.95,), "fault": ("gpu_off_bus",), "rule": (0,), "rule_fault": ("gpu_off_bus",),
-             "rule_action": (Action.DRAIN,), "rule_follow_up": [FollowUp.REBOOT]}
+    fatal = {**OFF_BUS_XID, "rule_follow_up": [FollowUp.REBOOT]}
     out, st = run([{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [fatal] * 20)
     acted = [(x.ts, x.action, x.grade, x.follow_up, x.source) for x in out if x.action is not Action.ALERT]
     assert acted == [(60.0, Action.DRAIN, Grade.PREDICTED, None, "model"),
@@ -255,11 +259,9 @@ def test_a_node_held_on_a_prediction_takes_the_rules_remedy_once_when_its_failur
 def test_a_prediction_that_came_true_does_not_cap_the_nodes_next_one():
     """The retry cap is for predictions that were wrong. One whose failure came while the node was held
     was right: after the node is resumed, its next sustained prediction drains again."""
-    fatal = {"p": (0.95,), "fault": ("gpu_off_bus",), "rule": (0,), "rule_fault": ("gpu_off_bus",),
-             "rule_action": (Action.DRAIN,)}
     healthy = {"p": (0.01,), "fault": ("gpu_off_bus",)}
     again = {"p": (0.8,), "fault": ("hbm_ecc",)}
-    timeline = [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [fatal] * 3 + [healthy] * 30 + [again] * 3
+    timeline = [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [OFF_BUS_XID] * 3 + [healthy] * 30 + [again] * 3
     acted = [(x.action, x.source, x.fault) for x in run(timeline)[0] if x.action is not Action.ALERT]
     assert acted == [(Action.DRAIN, "model", FaultClass.GPU_OFF_BUS), (Action.DRAIN, "rule", FaultClass.GPU_OFF_BUS),
                      (Action.RESUME, "policy", None), (Action.DRAIN, "model", FaultClass.HBM_ECC)]
