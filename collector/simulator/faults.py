@@ -150,10 +150,19 @@ def pcie(ch: "Chunk", inc: "Incident") -> None:
     ch.rate("pcie_replay")[failed, g] += 2000.0 * ch.dt / 60
 
 
+#: A drawn world's straggler runs at 55-90 % of its peers' clock (the home world's 55-75 % is the
+#: severe half: Falcon's fail-slows delay jobs 1.34x on average, so many are milder).
+SLOW_FACTOR_DRAWN = (0.55, 0.90)
+_SLOW_HOME = (0.55, 0.75)
+
+
 def fail_slow(ch: "Chunk", inc: "Incident") -> None:
     g = ch.gpu_col(inc)
     pre, p, failed = _phases(ch, inc)
     k = inc.params["clock_factor"]
+    if inc.params.get("shape") is not None:   # a drawn world: _drawn_slow
+        _drawn_slow(ch, inc, g, pre, p, failed, k)
+        return
     for sl in (pre, failed):
         ch.clock_factor[sl, g] *= k
         ch.power_factor[sl, g] *= 0.55 + 0.45 * k
@@ -162,6 +171,33 @@ def fail_slow(ch: "Chunk", inc: "Incident") -> None:
     peers = ch.node_cols(inc)
     ch.util_factor[pre, peers] *= 0.85
     ch.util_factor[pre, g] /= 0.85
+
+
+def _drawn_slow(ch: "Chunk", inc: "Incident", g: int, pre: slice, p: np.ndarray, failed: slice, k: float) -> None:
+    """A drawn world's straggler: deeper or milder (:data:`SLOW_FACTOR_DRAWN`, the same draw
+    mapped), a step or a sag that deepens over the first ``step_at`` of the precursor, and only
+    while "on" when intermittent. Power and temperature follow the clock deficit."""
+    lo, hi = _SLOW_HOME
+    full = 1.0 - (SLOW_FACTOR_DRAWN[0] + (k - lo) / (hi - lo) * (SLOW_FACTOR_DRAWN[1] - SLOW_FACTOR_DRAWN[0]))
+    if inc.params["shape"] == "step":
+        ramp = np.ones_like(p)
+    else:
+        ramp = np.clip(p / inc.params["step_at"], 0.0, 1.0)
+    pattern = inc.params.get("on_pattern")
+    on = 1.0 if pattern is None else np.asarray(pattern, np.float64)[
+        np.minimum((p * len(pattern)).astype(np.int64), len(pattern) - 1)]
+    d = (full * ramp * on).astype(np.float32)
+    ch.clock_factor[pre, g] *= 1.0 - d
+    ch.power_factor[pre, g] *= 1.0 - 0.45 * d
+    ch.temp_add[pre, g] -= 15.0 * d
+    ch.clock_factor[failed, g] *= 1.0 - full
+    ch.power_factor[failed, g] *= 1.0 - 0.45 * full
+    ch.temp_add[failed, g] -= 15.0 * full
+    # the peers of a straggler wait at collectives while it is slow
+    peers = ch.node_cols(inc)
+    wait = (1.0 - 0.15 * (d > 0)).astype(np.float32)
+    ch.util_factor[pre, peers] *= wait[:, None]
+    ch.util_factor[pre, g] /= wait
 
 
 def thermal(ch: "Chunk", inc: "Incident") -> None:

@@ -47,6 +47,12 @@ _ERR_COUNTERS = tuple(c for c in IB_COUNTERS if not c.startswith(("port_xmit_dat
 _DATA_32BIT = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"})
 
 
+#: SM clock of a busy sample at the SW power cap, as a share of its uncapped clock, in a drawn
+#: world: the GPU lowers its clock to hold the power limit (DVFS), so healthy busy GPUs differ in
+#: clock by a few to 15 % (the home world keeps its clock, as it always rendered it).
+CAPPED_CLOCK_FACTOR = (0.85, 0.97)
+
+
 class Chunk:
     """Mutable per-chunk buffers that fault effects write into."""
 
@@ -190,6 +196,9 @@ class Renderer:
         thr |= np.where(temp > tr.sw_thermal_c, THROTTLE_SW_THERMAL, 0)
         thr |= np.where(temp > tr.hw_thermal_c, THROTTLE_HW_THERMAL | THROTTLE_HW_SLOWDOWN, 0)
         tfac = np.where(temp > tr.hw_thermal_c, 0.55, np.where(temp > tr.sw_thermal_c, 0.85, 1.0))
+        if wp is not None:   # a drawn world's GPU at its power limit lowers its clock to hold it (DVFS)
+            tfac = tfac * np.where(capped, np.random.default_rng([cfg.seed, a, 5]).uniform(
+                *CAPPED_CLOCK_FACTOR, (n, G)), 1.0)
         clock = (np.where(busy, tr.max_sm_clock_mhz, tr.idle_sm_clock_mhz) * ch.clock_factor * tfac
                  + 3 * noise[4]).round().astype(np.float32)
         fb = np.where(busy, tr.fb_busy_mib + plan.power_offset * 10, 0.0).astype(np.float32)

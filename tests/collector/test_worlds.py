@@ -319,3 +319,45 @@ def test_hot_but_healthy_nodes_touch_sw_thermal_slowdown_but_never_hw_slowdown(t
     bits = gpu.throttle_reasons.fillna(0).astype(np.int64)
     assert ((bits & 0x20) > 0).any()           # SW thermal: touched
     assert not ((bits & 0x40) > 0).any()       # HW thermal: never, on healthy GPUs
+
+
+def test_a_busy_gpu_at_its_power_cap_runs_a_lower_clock_in_a_drawn_world(busy):
+    from collector.simulator.generate import CAPPED_CLOCK_FACTOR
+
+    gpu = busy[2]
+    bits = gpu.throttle_reasons.fillna(0).astype(np.int64)
+    busy_ok = (gpu.util_gpu > 50) & ((bits & ~0x4) == 0)   # busy, no throttle reason but the SW power cap
+    capped, free = gpu[busy_ok & ((bits & 0x4) > 0)], gpu[busy_ok & ((bits & 0x4) == 0)]
+    assert len(capped) > 100
+    # per node (one generation each in a mixed fleet): capped clocks sit 3-15 % under the uncapped ones
+    top = free.groupby("node")["sm_clock_mhz"].median()
+    ratio = capped["sm_clock_mhz"] / capped["node"].map(top)
+    lo, hi = CAPPED_CLOCK_FACTOR
+    assert ratio.between(lo - 0.01, hi + 0.01).mean() > 0.99
+    assert ratio.median() < 0.95
+
+
+def test_a_drawn_worlds_straggler_is_deeper_or_milder_and_may_sag_or_come_and_go(tmp_path):
+    from collector.schema import FaultClass
+    from collector.simulator.faults import SLOW_FACTOR_DRAWN
+
+    many = replace(BUSY, rate_multiplier=(4000, 4000), exporter_default_node_frac=(0.0, 0.0), gap_per_node_day=(0, 0),
+                   power_cap_frac=(0.0, 0.0), shared_node_frac=(0.0, 0.0), idle_node_frac=(0.0, 0.0))
+    cfg = world_config(SimConfig(nodes=16, hours=6, seed=215, mix={FaultClass.FAIL_SLOW: 1.0}), draw_world(215, many, 16))
+    simulate_recording(cfg, tmp_path / "rec")
+    rec = open_recording(tmp_path / "rec")
+    gpu, incidents = rec.read_all("gpu"), rec.incidents()
+    deficits = []
+    for inc in (i for i in incidents if i["fault"] == "fail_slow"):
+        node = gpu[(gpu["node"] == inc["node"]) & (gpu["ts"] >= inc["onset_ts"]) & (gpu["ts"] < inc["failure_ts"])]
+        clock = node[node["util_gpu"] > 50].pivot_table(index="ts", columns="gpu", values="sm_clock_mhz")
+        if inc["gpu"] not in clock.columns or len(clock) < 20:
+            continue
+        tick = 1 - clock[inc["gpu"]] / clock.drop(columns=inc["gpu"]).median(axis=1)
+        deficits.append(float(tick.quantile(0.9)))   # the deepest it gets (a sag deepens, an intermittent one pauses)
+        own = node[node["gpu"] == inc["gpu"]].sort_values("ts")
+        assert own["ecc_sbe_vol"].dropna().diff().fillna(0).eq(0).all()   # no errors: only slower
+    assert len(deficits) >= 5, len(deficits)
+    lo, hi = 1 - SLOW_FACTOR_DRAWN[1], 1 - SLOW_FACTOR_DRAWN[0]
+    assert min(deficits) > lo - 0.05 and max(deficits) < hi + 0.05
+    assert min(deficits) < 0.25   # milder than the home world's 25-45 %
