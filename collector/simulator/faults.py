@@ -57,11 +57,16 @@ def _gate(inc: "Incident", p: np.ndarray) -> np.ndarray | float:
     m = inc.params.get("magnitude")
     if m is None:
         return 1.0
+    return m * _on(inc, p)
+
+
+def _on(inc: "Incident", p: np.ndarray) -> np.ndarray | float:
+    """1 where an intermittent precursor is on at progress *p*, else 0 (1 when not intermittent)."""
     pattern = inc.params.get("on_pattern")
     if pattern is None:
-        return m
+        return 1.0
     seg = np.minimum((p * len(pattern)).astype(np.int64), len(pattern) - 1)
-    return m * np.asarray(pattern, np.float64)[seg]
+    return np.asarray(pattern, np.float64)[seg]
 
 
 def _grow(inc: "Incident", p: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -183,10 +188,7 @@ def _drawn_slow(ch: "Chunk", inc: "Incident", g: int, pre: slice, p: np.ndarray,
         ramp = np.ones_like(p)
     else:
         ramp = np.clip(p / inc.params["step_at"], 0.0, 1.0)
-    pattern = inc.params.get("on_pattern")
-    on = 1.0 if pattern is None else np.asarray(pattern, np.float64)[
-        np.minimum((p * len(pattern)).astype(np.int64), len(pattern) - 1)]
-    d = (full * ramp * on).astype(np.float32)
+    d = (full * ramp * _on(inc, p)).astype(np.float32)
     ch.clock_factor[pre, g] *= 1.0 - d
     ch.power_factor[pre, g] *= 1.0 - 0.45 * d
     ch.temp_add[pre, g] -= 15.0 * d
