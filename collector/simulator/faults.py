@@ -155,12 +155,6 @@ def pcie(ch: "Chunk", inc: "Incident") -> None:
     ch.rate("pcie_replay")[failed, g] += 2000.0 * ch.dt / 60
 
 
-#: A drawn world's straggler runs at 55-90 % of its peers' clock (the home world's 55-75 % is the
-#: severe half: Falcon's fail-slows delay jobs 1.34x on average, so many are milder).
-SLOW_FACTOR_DRAWN = (0.55, 0.90)
-_SLOW_HOME = (0.55, 0.75)
-
-
 def fail_slow(ch: "Chunk", inc: "Incident") -> None:
     g = ch.gpu_col(inc)
     pre, p, failed = _phases(ch, inc)
@@ -179,22 +173,16 @@ def fail_slow(ch: "Chunk", inc: "Incident") -> None:
 
 
 def _drawn_slow(ch: "Chunk", inc: "Incident", g: int, pre: slice, p: np.ndarray, failed: slice, k: float) -> None:
-    """A drawn world's straggler: deeper or milder (:data:`SLOW_FACTOR_DRAWN`, the same draw
-    mapped), a step or a sag that deepens over the first ``step_at`` of the precursor, and only
-    while "on" when intermittent. Power and temperature follow the clock deficit."""
-    lo, hi = _SLOW_HOME
-    full = 1.0 - (SLOW_FACTOR_DRAWN[0] + (k - lo) / (hi - lo) * (SLOW_FACTOR_DRAWN[1] - SLOW_FACTOR_DRAWN[0]))
-    if inc.params["shape"] == "step":
-        ramp = np.ones_like(p)
-    else:
-        ramp = np.clip(p / inc.params["step_at"], 0.0, 1.0)
+    """A drawn world's straggler (clock factor *k* from :data:`.plan.SLOW_FACTOR_DRAWN`): a step
+    or a sag that deepens over the first ``step_at`` of the precursor, and only while "on" when
+    intermittent. Power and temperature follow the clock deficit."""
+    full = 1.0 - k
+    ramp = np.ones_like(p) if inc.params["shape"] == "step" else np.clip(p / inc.params["step_at"], 0.0, 1.0)
     d = (full * ramp * _on(inc, p)).astype(np.float32)
-    ch.clock_factor[pre, g] *= 1.0 - d
-    ch.power_factor[pre, g] *= 1.0 - 0.45 * d
-    ch.temp_add[pre, g] -= 15.0 * d
-    ch.clock_factor[failed, g] *= 1.0 - full
-    ch.power_factor[failed, g] *= 1.0 - 0.45 * full
-    ch.temp_add[failed, g] -= 15.0 * full
+    for sl, deficit in ((pre, d), (failed, full)):
+        ch.clock_factor[sl, g] *= 1.0 - deficit
+        ch.power_factor[sl, g] *= 1.0 - 0.45 * deficit
+        ch.temp_add[sl, g] -= 15.0 * deficit
     # the peers of a straggler wait at collectives while it is slow
     peers = ch.node_cols(inc)
     wait = (1.0 - 0.15 * (d > 0)).astype(np.float32)

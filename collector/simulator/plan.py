@@ -192,6 +192,12 @@ def _plan_world(plan: FleetPlan) -> None:
                            shared_occupancy(world, cfg.seed, T, dt, cfg.gpus_per_node))
 
 
+#: A straggler's clock as a share of its peers': the home world's, and a drawn world's (the home
+#: range is the severe half: Falcon's fail-slows delay jobs 1.34x on average, so many are milder).
+SLOW_FACTOR_HOME = (0.55, 0.75)
+SLOW_FACTOR_DRAWN = (0.55, 0.90)
+
+
 def _shape(inc: Incident, world: "World", rng: np.random.Generator, codes: tuple[int, ...]) -> None:
     """Random precursor shape, magnitude and intermittency; app XIDs from the whole RESTART_APP set."""
     if inc.fault is FaultClass.APP_ERROR:
@@ -206,6 +212,9 @@ def _shape(inc: Incident, world: "World", rng: np.random.Generator, codes: tuple
         pattern = rng.random(24) < rng.uniform(*r.on_frac)
         pattern[0] = True   # the precursor shows at its onset (the label's onset_ts)
         inc.params["on_pattern"] = tuple(bool(x) for x in pattern)
+    if inc.fault is FaultClass.FAIL_SLOW:   # the home draw, mapped onto the drawn range (no extra draw)
+        (a, b), (c, d) = SLOW_FACTOR_HOME, SLOW_FACTOR_DRAWN
+        inc.params["clock_factor"] = c + (inc.params["clock_factor"] - a) / (b - a) * (d - c)
 
 
 def _job_timelines(cfg: SimConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -293,7 +302,7 @@ def _draw(cfg: SimConfig, rng: np.random.Generator, fault: FaultClass, k: int, w
         inc.repair = inc.params["restart"]
     elif fault is FaultClass.FAIL_SLOW:
         inc.variant = "warned"
-        inc.params["clock_factor"] = float(rng.uniform(0.55, 0.75))
+        inc.params["clock_factor"] = float(rng.uniform(*SLOW_FACTOR_HOME))
     else:
         inc.variant = "warned" if predictable else "sudden"
     if fault is FaultClass.IB_LINK:

@@ -339,7 +339,7 @@ def test_a_busy_gpu_at_its_power_cap_runs_a_lower_clock_in_a_drawn_world(busy):
 
 def test_a_drawn_worlds_straggler_is_deeper_or_milder_and_may_sag_or_come_and_go(tmp_path):
     from collector.schema import FaultClass
-    from collector.simulator.faults import SLOW_FACTOR_DRAWN
+    from collector.simulator.plan import SLOW_FACTOR_DRAWN
 
     many = replace(BUSY, rate_multiplier=(4000, 4000), exporter_default_node_frac=(0.0, 0.0), gap_per_node_day=(0, 0),
                    power_cap_frac=(0.0, 0.0), shared_node_frac=(0.0, 0.0), idle_node_frac=(0.0, 0.0))
