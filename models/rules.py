@@ -105,6 +105,12 @@ def _remap_pending(name: str, feature: str, with_feature: str, why: str) -> Rule
 _F, _A = FaultClass, Action
 #: at least this long not ACTIVE, after having been ACTIVE, before a port drains its node (a flap recovers sooner)
 PORT_DOWN_SUSTAINED_S = 120.0
+#: a GPU's busy-peer clock deficit, averaged over its busy time, at which it is a straggler ...
+STRAGGLER_TREND = 0.15
+#: ... while this tick's deficit is still above this (it has not recovered)
+STRAGGLER_NOW = 0.10
+#: ... and its utilisation is no more than this many points under its node's median (it is not idling)
+STRAGGLER_UTIL_BEHIND = 10.0
 #: Default rules, in priority order.
 DEFAULT_RULES: tuple[Rule, ...] = (
     xid_rule("off_bus", "XID 79: GPU has fallen off the bus"),
@@ -154,6 +160,20 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          unless_at_least=(("other_nodes_power_brake_short", 1),)),
     Rule("pcie_replay_storm", "pcie_replay_per_min_short", 1000, _F.PCIE, _A.DRAIN,
          "PCIe replay storm: {value:.0f}/min"),
+    # a straggler (fail-slow): a busy GPU whose clock stays well under its busy peers'. The trend is
+    # its deficit averaged over its own busy time from 0 (time constant 10 min), so a deficit d
+    # reaches the threshold after 10 min x ln(d / (d - 0.15)) of busy time: 4 min at 45 %, 14 min at
+    # 20 %, never under 15 %. A GPU at its power cap dips and comes back (DVFS); healthy parts of one
+    # SKU at one cap sit within a few per cent of each other. Still slow now, so a GPU that has just
+    # recovered does not drain. The trend reads only minutes of steady work without thermal slowdown
+    # (a hot GPU slows itself and says so; hot healthy GPUs touch SW thermal slowdown). A straggler is
+    # its job's bottleneck, at least as busy as its peers (they wait for it): a GPU that works less than
+    # its node's median is sharing or finishing. Drain lets the job finish; nothing here justifies a reset
+    Rule("fail_slow_sustained", "sm_clock_deficit_vs_busy_peers_trend", STRAGGLER_TREND, _F.FAIL_SLOW, _A.DRAIN,
+         "GPU clock {value:.0%} under its busy peers' over its minutes of steady work (10 min average), "
+         "still slow, as busy as they are, and not from heat", inclusive=True,
+         requires=(("sm_clock_deficit_vs_busy_peers", STRAGGLER_NOW),),
+         unless_at_least=(("util_deficit_vs_peers", STRAGGLER_UTIL_BEHIND),)),
     # alert-only rules come last: on a row where an acting rule fires too, the acting rule wins.
     # A link that went down and came back is a flap: healthy fabrics flap thousands of times a
     # day (field-rates.md §2) and nobody acts on one (ByteRobust evicts for network alerts only on

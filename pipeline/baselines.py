@@ -145,3 +145,56 @@ class RateBaselines:
         self.k[:, parts] = self.k[:, parts] * d + k
         self.t[:, parts] = self.t[:, parts] * d + t
         self.updated[parts] = now
+
+
+#: Time constant of a GPU's clock-deficit trend (:class:`DeficitTrend`), telemetry seconds.
+TREND_TAU_S = 600.0
+
+
+class DeficitTrend:
+    """Per GPU, its clock deficit against its busy peers averaged exponentially over its own busy
+    ticks: a straggler stays slow, while a healthy GPU at its power cap dips for a sample and
+    comes back (DVFS), so the trend separates what one short window cannot.
+
+    The trend starts at 0 (a GPU is presumed as fast as its peers) and each busy tick of
+    *step_s* seconds moves it by ``1 - exp(-step_s / tau)`` towards that tick's deficit, so a
+    constant deficit ``d`` reads ``d (1 - exp(-t / tau))`` after ``t`` seconds of busy time: a
+    deep straggler shows within minutes, a shallow one only after a long spell, and one slow
+    tick never does. Idle time decays it towards 0 at the same rate (an idle GPU is not slow).
+    The trend reads NaN while the GPU idles; a repaired GPU restarts at 0.
+    """
+
+    def __init__(self, capacity: int, tau_s: float = TREND_TAU_S) -> None:
+        self.tau_s = float(tau_s)
+        self.value = np.zeros(capacity)
+        self.updated = np.full(capacity, np.nan)
+
+    @property
+    def nbytes(self) -> int:
+        return self.value.nbytes + self.updated.nbytes
+
+    def ensure(self, capacity: int) -> None:
+        have = len(self.value)
+        if capacity > have:
+            cap = max(capacity, 2 * have)
+            self.value = np.concatenate([self.value, np.zeros(cap - have)])
+            self.updated = np.concatenate([self.updated, np.full(cap - have, np.nan)])
+
+    def restart(self, parts: np.ndarray) -> None:
+        self.value[parts] = 0.0
+        self.updated[parts] = np.nan
+
+    def update(self, parts: np.ndarray, now: float, step_s: float, deficit: np.ndarray,
+               frozen: np.ndarray | None = None) -> np.ndarray:
+        """Fold this tick's *deficit* (NaN: idle) over the *step_s* seconds ending at *now* into
+        *parts*' trends; the trend per part, NaN where the part idles this tick. Parts flagged in
+        *frozen* (muted time) do not learn."""
+        ok = np.isfinite(deficit)
+        if frozen is not None:
+            ok &= ~frozen
+        old, last = self.value[parts], self.updated[parts]
+        since = np.where(np.isfinite(last), np.maximum(now - last, step_s), step_s)
+        new = old * np.exp(-since / self.tau_s) + (1.0 - np.exp(-step_s / self.tau_s)) * np.where(ok, deficit, 0.0)
+        self.value[parts] = np.where(ok, new, old)
+        self.updated[parts] = np.where(ok, now, last)
+        return np.where(np.isfinite(deficit), self.value[parts], np.nan)

@@ -22,7 +22,7 @@ import numpy as np
 
 from collector.schema import GPU_COUNTERS
 from collector.bmc_events import SEL_CLASSES
-from pipeline.baselines import RHO, RateBaselines
+from pipeline.baselines import RHO, TREND_TAU_S, DeficitTrend, RateBaselines
 from pipeline.bmc import MARGINS as BMC_MARGINS
 from pipeline.bmc import NodeBmcState
 from pipeline.columns import GPU_COL, NET_STATE_COUNTERS
@@ -68,6 +68,10 @@ _PEERS = (
 #: peers for clocks (research/robust-detection.md §1: peers share the workload). Idle GPUs sit at
 #: 0 %; a busy one in a checkpoint dip stays well above 10 %.
 BUSY_UTIL_PCT = 10.0
+#: a GPU's clock deficit feeds its trend (straggler) only in a minute of steady work (not a job's start,
+#: end or checkpoint dip, whose minute mixes in idle clocks) without thermal slowdown (a hot GPU slows
+#: itself and says so: the thermal class's matter)
+STEADY_UTIL_PCT = 50.0
 #: (feature, gauge, floor of the robust scale in the gauge's unit)
 _FLEET = (("node_sm_clock_fleet_z", "sm_clock_mhz", 5.0), ("node_temp_gpu_fleet_z", "temp_gpu_c", 1.0),
           ("node_power_fleet_z", "power_w", 5.0), ("node_util_fleet_z", "util_gpu", 2.0))
@@ -141,6 +145,10 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     f += [("sm_clock_deficit_vs_busy_peers", "ratio", "(median of the node's busy GPUs - own) / that median, "
            f"short-window SM clock, for a busy GPU (utilisation >= {BUSY_UTIL_PCT:g} %); NaN while it idles: an idle "
            "GPU beside busy ones (a node shared by several jobs) is not slow")]
+    f += [("sm_clock_deficit_vs_busy_peers_trend", "ratio", "sm_clock_deficit_vs_busy_peers averaged over the GPU's "
+           f"minutes of steady work (utilisation >= {STEADY_UTIL_PCT:g} %, no thermal slowdown), from 0, time constant "
+           f"{TREND_TAU_S / 60:g} min (other time decays it towards 0); NaN in any other minute. A straggler stays slow; "
+           "a GPU at its power cap dips and comes back")]
     return tuple(f)
 
 
@@ -189,6 +197,8 @@ _MED_IDX = np.array([WINDOW_GAUGES.index(g) for g in _MED_GAUGES])
 _FLEET_COLS = np.array([FEATURE_INDEX[name] for name, _, _ in _FLEET], np.intp)
 _CLOCK_MED, _UTIL_MED = _MED_GAUGES.index("sm_clock_mhz"), _MED_GAUGES.index("util_gpu")
 _BUSY_DEFICIT = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers"]
+_DEFICIT_TREND = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers_trend"]
+_SW_THERMAL_SHORT, _HW_THERMAL_SHORT = (FEATURE_INDEX[f"throttle_{b}_frac_short"] for b in ("sw_thermal", "hw_thermal"))
 _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
 _FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
 _BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"], FEATURE_INDEX["other_nodes_power_brake_short"]
@@ -212,14 +222,15 @@ class PartBaselines:
     def __init__(self, gpu_capacity: int = 1024, port_capacity: int = 1024) -> None:
         self.gpu = RateBaselines(len(_BASELINE_STEMS), gpu_capacity)
         self.port = RateBaselines(len(NET_ERROR_COUNTERS), port_capacity)
+        self.clock = DeficitTrend(gpu_capacity)
 
     @property
     def nbytes(self) -> int:
-        return self.gpu.nbytes + self.port.nbytes
+        return self.gpu.nbytes + self.port.nbytes + self.clock.nbytes
 
     def restart(self, gpu_slots: np.ndarray, port_slots: np.ndarray) -> int:
         """Restart the baselines of repaired parts at the prior; how many parts restarted."""
-        for base, parts in ((self.gpu, gpu_slots), (self.port, port_slots)):
+        for base, parts in ((self.gpu, gpu_slots), (self.port, port_slots), (self.clock, gpu_slots)):
             if len(parts):
                 base.ensure(int(parts.max()) + 1)
                 base.restart(parts)
@@ -335,11 +346,19 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
         braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=n_scored) > 0
     f[_OTHER_BRAKE] = braking.sum() - braking[grp]
 
+    frozen = None if muted is None else muted[nodes]
+    baselines.clock.ensure(gpus.n)
+    with np.errstate(invalid="ignore"):
+        steady = ((own[_UTIL_MED] >= STEADY_UTIL_PCT) & ~(f[_SW_THERMAL_SHORT] >= 0.5)
+                  & ~(f[_HW_THERMAL_SHORT] >= 0.5))
+    f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s,
+                                               np.where(steady, f[_BUSY_DEFICIT], np.nan), frozen)
+
     base = baselines.gpu
     base.ensure(gpus.n)
     events, exposure = _stem_events(s[1])
     f[_BASE_COLS] = base.excess(slots, events, exposure)
-    base.update(slots, tick_end, *_stem_events(s[0]), frozen=None if muted is None else muted[nodes])
+    base.update(slots, tick_end, *_stem_events(s[0]), frozen=frozen)
     f[_CUSUM_COLS] = base.cusum_excess(slots)
 
     _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short, baselines.port, muted)

@@ -296,6 +296,15 @@ def test_a_brief_or_facility_wide_power_brake_is_ridden_out_and_one_nodes_own_dr
     assert held is not None and held.name == "hw_power_brake" and held.action.value == "drain"
 
 
+def test_a_gpu_that_stays_well_under_its_busy_peers_clock_drains_as_a_straggler_and_a_dip_does_not():
+    slow = _rule_on(sm_clock_deficit_vs_busy_peers_trend=0.2, sm_clock_deficit_vs_busy_peers=0.25)
+    assert slow is not None and slow.name == "fail_slow_sustained" and slow.action.value == "drain"
+    assert slow.fault.value == "fail_slow" and slow.follow_up is None   # nothing here justifies a reset
+    assert _rule_on(sm_clock_deficit_vs_busy_peers_trend=0.14, sm_clock_deficit_vs_busy_peers=0.4) is None  # one dip
+    assert _rule_on(sm_clock_deficit_vs_busy_peers_trend=0.2, sm_clock_deficit_vs_busy_peers=0.02) is None  # recovered
+    assert _rule_on(sm_clock_deficit_vs_busy_peers_trend=np.nan, sm_clock_deficit_vs_busy_peers=np.nan) is None  # idle
+
+
 def test_the_package_pins_the_scikit_learn_that_saved_the_shipped_model():
     import json
     import re

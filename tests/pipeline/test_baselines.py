@@ -118,3 +118,49 @@ def test_the_cusum_waits_for_an_hour_of_baseline_is_unknown_without_exposure_and
     assert rise[-1] > 0.0                       # 10/min: ten times its own rate
     base.restart(parts)
     assert base.cusum_excess(parts)[0, 0] == 0.0 and base.s[0, 0] == 0.0
+
+
+def test_a_straggler_trend_builds_with_busy_time_while_a_power_cap_dip_fades() -> None:
+    from pipeline.baselines import DeficitTrend
+
+    trend = DeficitTrend(4)
+    parts = np.array([0, 1, 2])
+    seen = []
+    for k in range(40):   # part 0 30 % slow; part 1 dips 12 % one tick in ten (DVFS at its cap); part 2 12 % slow
+        out = trend.update(parts, 60.0 * (k + 1), 60.0, np.array([0.3, 0.12 if k % 10 == 3 else 0.0, 0.12]))
+        seen.append(out.copy())
+    seen = np.array(seen)
+    assert seen[0, 0] < 0.05                       # one slow tick is not a straggler
+    first = int(np.argmax(seen[:, 0] >= 0.15))     # 0.3 (1 - exp(-t / 10 min)) >= 0.15: t = 10 min x ln 2
+    assert 6 <= first + 1 <= 8
+    assert abs(seen[-1, 0] - 0.3 * (1 - np.exp(-40 / 10))) < 1e-9
+    assert seen[:, 1].max() < 0.02
+    assert seen[:, 2].max() < 0.12                 # a shallow deficit never reaches its own depth
+
+
+def test_a_trend_reads_nan_while_idle_decays_over_an_idle_spell_and_restarts_with_its_part() -> None:
+    from pipeline.baselines import DeficitTrend
+
+    trend = DeficitTrend(2)
+    p = np.array([0])
+    for k in range(1, 41):
+        trend.update(p, 60.0 * k, 60.0, np.array([0.3]))
+    held = trend.value[0]
+    assert np.isnan(trend.update(p, 2460.0, 60.0, np.array([np.nan]))[0])   # idle this tick
+    assert trend.value[0] == held                                             # ... and nothing learnt
+    back = trend.update(p, 2580.0, 60.0, np.array([0.3]))[0]                  # busy again after 2 idle min
+    assert 0.8 * held < back < held
+    assert trend.update(p, 2580.0 + 6 * 3600, 60.0, np.array([0.0]))[0] < 1e-6  # hours of idle: as new
+    trend.update(p, 30000.0, 60.0, np.array([0.3]))
+    trend.restart(p)
+    assert trend.update(p, 30060.0, 60.0, np.array([0.0]))[0] == 0.0
+    # a muted tick does not learn
+    assert trend.update(p, 30120.0, 60.0, np.array([0.5]), frozen=np.array([True]))[0] == 0.0
+
+
+def test_a_trend_grows_to_hold_new_parts() -> None:
+    from pipeline.baselines import DeficitTrend
+
+    trend = DeficitTrend(1)
+    trend.ensure(5)
+    assert abs(trend.update(np.array([4]), 60.0, 60.0, np.array([0.1]))[0] - 0.1 * (1 - np.exp(-0.1))) < 1e-12

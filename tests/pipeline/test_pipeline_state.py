@@ -188,3 +188,21 @@ def test_nodes_braking_together_see_each_other_so_a_facility_brake_is_not_one_no
              "pcie_replay": 0.0} for n in range(3) for t in range(0, 60, 10)]
     f = run(pd.DataFrame(rows))[T0 + 60].set_index("node")["other_nodes_power_brake_short"]
     assert f.to_dict() == {"gpu-node-000": 1, "gpu-node-001": 1, "gpu-node-002": 2}
+
+
+def test_a_straggler_trend_builds_over_minutes_of_steady_work_and_not_from_heat_or_part_time_work() -> None:
+    fleet = Fleet(nodes=1, gpus=8, samples=20 * 6, interval_s=10.0)  # 20 minutes at 10 s
+    g = gpu_frame(fleet)
+    g["util_gpu"], g["throttle_reasons"] = 95.0, 0.0
+    slow, hot, part = (g.gpu == 5), (g.gpu == 6), (g.gpu == 7)
+    g.loc[slow | hot | part, "sm_clock_mhz"] = 1980.0 * 0.7               # three GPUs 30 % under their peers
+    g.loc[hot, "throttle_reasons"] = 0x20                                  # ... one says it is hot (SW thermal slowdown)
+    g.loc[part, "util_gpu"] = 30.0                                         # ... one works part time
+    frames = run(g)
+    trend = {ts: f.set_index("gpu")["sm_clock_deficit_vs_busy_peers_trend"] for ts, f in frames.items()}
+    first = min(ts for ts, t in trend.items() if t[5] >= 0.15)
+    assert 6 <= (first - T0) / 60 <= 9                                     # 10 min x ln 2 of steady work, not at once
+    assert trend[T0 + 60][5] < 0.05                                        # one slow minute is not a straggler
+    last = trend[max(trend)]
+    assert last[[6, 7]].isna().all()                                       # heat and part-time work do not feed it
+    assert last.drop([5, 6, 7]).abs().max() < 0.02
