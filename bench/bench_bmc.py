@@ -17,20 +17,23 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from collector.recording import open_recording
-from collector.schema import FaultClass
-from collector.simulator import SimConfig, simulate_recording
-from models.bundle import ModelBundle
-from models.node_scores import score_batches
-from models.rules import RulesDetector
-from pipeline.features import FEATURE_NAMES
-from pipeline.frames import RECORDING_COLUMNS
-from pipeline.stream import FeaturePipeline
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, not whatever pip installed
+
+from collector.recording import open_recording  # noqa: E402
+from collector.schema import FaultClass  # noqa: E402
+from collector.simulator import SimConfig, simulate_recording  # noqa: E402
+from models.bundle import ModelBundle  # noqa: E402
+from models.node_scores import score_batches  # noqa: E402
+from models.rules import RulesDetector  # noqa: E402
+from pipeline.features import FEATURE_NAMES  # noqa: E402
+from pipeline.frames import RECORDING_COLUMNS  # noqa: E402
+from pipeline.stream import FeaturePipeline  # noqa: E402
 
 GPU_RULES = ("hw_thermal", "hw_power_brake")
 CATCH_AFTER_S = 300.0

@@ -22,16 +22,20 @@ import argparse
 import datetime as dt
 import os
 import platform
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from collector.schema import GPU_COUNTERS
-from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows, NetRows, NET_STATE_COUNTERS
-from pipeline.features import FEATURE_NAMES, compute_features
-from pipeline.settings import PipelineSettings
-from pipeline.stream import FeaturePipeline
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, not whatever pip installed
+
+from collector.schema import GPU_COUNTERS  # noqa: E402
+from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows, NetRows, NET_STATE_COUNTERS  # noqa: E402
+from pipeline.features import FEATURE_NAMES, compute_features  # noqa: E402
+from pipeline.settings import PipelineSettings  # noqa: E402
+from pipeline.stream import FeaturePipeline  # noqa: E402
 
 T0 = 1_767_225_600.0
 

@@ -30,9 +30,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from api.replay import Replayer
-from models.bundle import ModelBundle
-from remediation.config import PolicyConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, not whatever pip installed
+
+from api.replay import Replayer  # noqa: E402
+from models.bundle import ModelBundle  # noqa: E402
+from remediation.config import PolicyConfig  # noqa: E402
 
 
 def ensure_recording(path: Path, nodes: int, hours: float, interval: float, seed: int) -> None:
