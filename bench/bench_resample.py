@@ -33,6 +33,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,14 +47,14 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from api.replay import READ_WINDOW_S, Replayer, build_report, from_first_gpu_sample  # noqa: E402
+from api.replay import READ_WINDOW_S, from_first_gpu_sample  # noqa: E402
+from bench_robustness import _f, _one  # noqa: E402  (one replay, scored as the judged suite is)
 from collector.recording import open_recording  # noqa: E402
 from collector.simulator import SimConfig, TRAINING, draw_world, simulate_recording, world_config  # noqa: E402
 from models.bundle import ModelBundle, default_model_path  # noqa: E402
 from pipeline.frames import RECORDING_COLUMNS  # noqa: E402
 from pipeline.settings import PipelineSettings  # noqa: E402
 from pipeline.stream import FeaturePipeline  # noqa: E402
-from remediation.config import PolicyConfig  # noqa: E402
 
 BASE_INTERVAL_S = 5.0
 
@@ -110,21 +111,6 @@ def thinned(base: Path, k: int) -> Path:
     return out
 
 
-def replay_metrics(path: Path, bundle: ModelBundle) -> dict:
-    cfg = PolicyConfig()
-    res = Replayer(bundle, cfg).run(path)
-    rep = build_report(path, res, {}, cfg)
-    out = {}
-    for who in ("model", "rules_baseline"):
-        m = rep["metrics"][who]
-        out[who] = {k: m.get(k) for k in ("recall", "predictive_recall", "false_actions", "false_actions_per_1k_node_days",
-                                          "alerts_per_1k_node_days", "anomaly_alerts_per_1k_node_days",
-                                          "unexplained_alerts_per_1k_node_days", "caught", "node_fault_incidents",
-                                          "caught_predictively", "predictable")}
-    out["gpu_samples"] = res.stats["gpu_samples"]
-    return out
-
-
 def healthy_features(path: Path, bundle: ModelBundle, healthy_nodes: set[str]) -> dict:
     """Per (tick, node, gpu) of healthy nodes: the model's inputs and its scores."""
     rec = open_recording(path)
@@ -133,25 +119,27 @@ def healthy_features(path: Path, bundle: ModelBundle, healthy_nodes: set[str]) -
     cad = settings.cadence_s
     window_s = max(1, round(READ_WINDOW_S / cad)) * cad
     windows = from_first_gpu_sample(rec.iter_windows(window_s, align=cad, columns=RECORDING_COLUMNS), cad,
-                                    __import__("collections").Counter(), rec.path)
+                                    Counter(), rec.path)  # the ticks a replay scores
+    healthy = np.array(sorted(healthy_nodes), dtype=object)
     inputs = list(bundle.classifier.inputs) if bundle.classifier is not None else []
     cols = [bundle.feature_names.index(n) for n in inputs]
     keys, xs, ps, anos = [], [], [], []
     for batch in pipe.replay(windows):
-        keep = np.fromiter((n in healthy_nodes for n in batch.node), bool, len(batch.node))
+        keep = np.isin(batch.node, healthy)
         if not keep.any():
             continue
-        s = bundle.score(batch.x[keep])
-        keys.extend(zip([batch.ts] * int(keep.sum()), batch.node[keep], batch.gpu[keep].tolist()))
-        xs.append(batch.x[keep][:, cols])
+        x = batch.x[keep]
+        s = bundle.score(x)
+        keys.extend(zip([batch.ts] * len(x), batch.node[keep], batch.gpu[keep].tolist()))
+        xs.append(x[:, cols])
         ps.append(s.p_fail)
         anos.append(s.anomaly)
     return {"keys": keys, "x": np.vstack(xs), "p": np.concatenate(ps), "anomaly": np.concatenate(anos),
             "names": inputs}
 
 
-def drift(a: dict, b: dict, top: int) -> list[tuple[str, float, float, float]]:
-    """Inputs that move most from *a* to *b* at the (tick, node, gpu) both score."""
+def drift(a: dict, b: dict, top: int) -> tuple[list[tuple[str, float, float, float]], int]:
+    """Inputs that move most from *a* to *b* at the (tick, node, gpu) both score, and how many they share."""
     ia = {k: i for i, k in enumerate(a["keys"])}
     pairs = [(ia[k], j) for j, k in enumerate(b["keys"]) if k in ia]
     ai, bj = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
@@ -171,10 +159,6 @@ def drift(a: dict, b: dict, top: int) -> list[tuple[str, float, float, float]]:
                      float(1.0 - both.mean())))
     rows.sort(key=lambda r: -r[2])
     return rows[:top], len(pairs)
-
-
-def _f(x: float | None, nd: int = 2) -> str:
-    return "—" if x is None else f"{x:.{nd}f}"
 
 
 def main() -> None:
@@ -199,7 +183,7 @@ def main() -> None:
     rows, feats = [], {}
     for k, p in paths.items():
         t = time.perf_counter()
-        m = replay_metrics(p, bundle)
+        m = _one(("resample", f"every {k}", str(p), str(a.model) if a.model else None, None))
         feats[k] = healthy_features(p, bundle, healthy)
         rows.append((k, m))
         print(f"every {k}: replayed and scored in {time.perf_counter() - t:.0f} s", flush=True)
@@ -216,7 +200,7 @@ def main() -> None:
         q = np.percentile(f["p"], [99, 99.9])
         qa = np.percentile(f["anomaly"], [99, 99.9])
         lines.append(
-            f"| {BASE_INTERVAL_S * k:g} s | {m['gpu_samples']:,} | {_f(mo['recall'])} ({mo['caught']}/"
+            f"| {BASE_INTERVAL_S * k:g} s | {m['stats']['gpu_samples']:,} | {_f(mo['recall'])} ({mo['caught']}/"
             f"{mo['node_fault_incidents']}) / {_f(ru['recall'])} | {_f(mo['predictive_recall'])} "
             f"({mo['caught_predictively']}/{mo['predictable']}) / {_f(ru['predictive_recall'])} | "
             f"{_f(mo['false_actions_per_1k_node_days'], 1)} ({mo['false_actions']}) / "
