@@ -10,7 +10,8 @@ The signatures follow what the hardware is documented to do (docs/simulator.md):
 SBE growth and row remaps before a DBE (XID 48 → 63/64 → 94/95); PCIe replays before
 some off-the-bus events (XID 79); NVLink CRC/replay growth before XID 74; symbol
 errors and link-error recoveries before an IB link goes down; a node-wide temperature
-climb with thermal throttle bits; intermittent then sustained power brake; a
+climb with thermal throttle bits; intermittent power brake, then a node held braking (home
+world) or one that goes dark (drawn worlds); a
 straggler at reduced clocks with no errors.
 """
 
@@ -209,6 +210,12 @@ def power(ch: "Chunk", inc: "Incident") -> None:
         ch.throttle[pre, cols] |= bits[:, None]
         ch.power_factor[pre, cols] *= np.where(brake, 0.4, 1.0).astype(np.float32)[:, None]
         ch.clock_factor[pre, cols] *= np.where(brake, 0.5, 1.0).astype(np.float32)[:, None]
+    if ch.plan.world is not None:
+        # a drawn world: the node loses its power and goes dark until repaired (no samples, no kernel
+        # log), as a supply failure ends on a real fleet; the home world keeps its older rendering, a node
+        # held braking, so its seeds stay comparable across versions
+        ch.dark[failed, inc.node] = True
+        return
     ch.throttle[failed, cols] |= THROTTLE_HW_POWER_BRAKE | THROTTLE_HW_SLOWDOWN
     ch.power_factor[failed, cols] *= 0.3
     ch.clock_factor[failed, cols] *= 0.3

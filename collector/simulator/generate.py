@@ -69,6 +69,9 @@ class Chunk:
         self.power_factor = np.ones((n, G), np.float32)
         self.throttle = np.zeros((n, G), np.int64)
         self.missing = np.zeros((n, G), bool)
+        #: (n, nodes) ticks a node is without power: no GPU or port sample, no kernel-log line (its BMC,
+        #: on standby power, still speaks)
+        self.dark = np.zeros((n, cfg.nodes), bool)
         self.link_down = np.zeros((n, NP), bool)
         self._rate: dict[str, np.ndarray] = {}
         self._inc: dict[str, np.ndarray] = {}
@@ -228,7 +231,8 @@ class Renderer:
         for name in GPU_COUNTERS:
             cols[name] = self._cumulate(ch._inc.get(name), self.gpu_cum, name, resets, k, (n, G))
         cols["xid_last"] = self._xid(ch, resets)
-        events = [self._event_dict(t, col, code, msg) for t, col, code, msg, _ in sorted(ch.events, key=lambda e: e[0])]
+        events = [self._event_dict(t, col, code, msg) for t, col, code, msg, _ in sorted(ch.events, key=lambda e: e[0])
+                  if not ch.dark[t - a, col // k]]
         if plan.bmc is not None:
             events = sorted(events + render_bmc(plan, plan.bmc, a, b, level), key=lambda e: e["ts"])
         if wp is not None:
@@ -267,10 +271,11 @@ class Renderer:
         assert wp is not None and world is not None  # only called in a drawn world
         nog = plan.node_of_gpu
         ts_node = timestamps(world, cfg.start_ts, ch.a, ch.b, rng)
-        gpu_tbl = self._gpu_table(ts_node, cols, ch.missing, keep=wp.gpu_sampled[ch.a:ch.b][:, nog],
+        lit = ~ch.dark
+        gpu_tbl = self._gpu_table(ts_node, cols, ch.missing, keep=(wp.gpu_sampled[ch.a:ch.b] & lit)[:, nog],
                                   null_cols=self.null_cols)
         nop = np.repeat(np.arange(cfg.nodes), cfg.ports_per_node)
-        net_tbl = self._net_table(ch, rng, ts_node, level, resets, keep=wp.port_sampled[ch.a:ch.b][:, nop])
+        net_tbl = self._net_table(ch, rng, ts_node, level, resets, keep=(wp.port_sampled[ch.a:ch.b] & lit)[:, nop])
         frac = world.rates["late_row_frac"]
         order = late_order(gpu_tbl.num_rows, frac, rng)
         gpu_tbl = gpu_tbl if order is None else gpu_tbl.take(pa.array(order))

@@ -58,7 +58,7 @@ class Incident:
         action = _expected_action(self)
         return {"id": self.id, "node": node_names[self.node], "gpu": self.gpu, "fault": self.fault.value,
                 "onset_ts": None if self.onset is None else t(self.onset), "failure_ts": t(self.failure),
-                "predictable": self.predictable, "action": action.value, "note": _note(self)}
+                "predictable": self.predictable, "action": action.value, "note": _note(self, cfg.world is not None)}
 
 
 def _expected_action(inc: Incident) -> Action:
@@ -69,7 +69,10 @@ def _expected_action(inc: Incident) -> Action:
     return Action.DRAIN
 
 
-def _note(inc: Incident) -> str:
+def _note(inc: Incident, drawn_world: bool = False) -> str:
+    if inc.fault is FaultClass.POWER and drawn_world:   # faults.power: a drawn world's node goes dark
+        return {"warned": "intermittent power brake, then the node loses power and stops reporting",
+                "sudden": "the node loses power and stops reporting, no warning"}.get(inc.variant, "")
     notes = {
         FaultClass.HBM_ECC: {"pending_remap": "SBE growth and row remaps, then DBE (XID 48, 63, 94)",
                              "remap_failure": "SBE growth, row remap failure (XID 48, 64, 95)",

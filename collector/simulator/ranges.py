@@ -120,6 +120,9 @@ class WorldRanges:
     jitter_frac: tuple[float, float] = (0.0, 0.1)
     #: per-node clock skew, s (normal, this sd); NTP-synced hosts (D); RD §6 (scraper stamps samples)
     skew_sd_s: tuple[float, float] = (0.0, 2.0)
+    #: share of nodes whose BMC gpuops reads (SEL entries, sensor readings); the rest have none wired up,
+    #: so a supply or fan shows only in the GPUs and in the node going dark; (D)
+    bmc_node_frac: tuple[float, float] = (0.3, 1.0)
     #: exporter restarts per node-day, each a gap of gap_s seconds with no samples; (D)
     gap_per_node_day: tuple[float, float] = (0.0, 1.0)
     gap_s: tuple[float, float] = (20, 300)

@@ -53,6 +53,8 @@ class World:
     rates: dict[str, float]
     #: per UNSUPPORTED_FIELDS group, one bit mask per node: bit g set = GPU g does not report it
     unsupported: dict[str, tuple[int, ...]]
+    #: nodes whose BMC gpuops reads (empty: every node's)
+    bmc_node: tuple[bool, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The ``"world"`` entry of manifest.json."""
@@ -62,6 +64,7 @@ class World:
             "skew_s": [round(s, 3) for s in self.skew_s], "exporter_default": list(self.exporter_default),
             "hot": list(self.hot_node), "rack": list(self.rack_of_node), "wrap_data": list(self.wrap_data),
             "unsupported": {k: list(v) for k, v in self.unsupported.items()},
+            "bmc": list(self.bmc_node) if self.bmc_node else [True] * len(self.node_interval_s),
         }
         r = asdict(self.ranges)
         return {"seed": self.seed, "ranges": self.ranges.name, "shift": self.ranges.shift,
@@ -149,8 +152,11 @@ def draw_world(seed: int, ranges: WorldRanges, nodes: int) -> World:
     rates["rise_per_gpu_day"] = _u(rise, ranges.rise_per_gpu_day)
     rates["rise_per_port_day"] = _u(rise, ranges.rise_per_port_day)
     rates["shared_node_frac"] = _u(np.random.default_rng([seed, 0x5AED]), ranges.shared_node_frac)
+    bmc = np.random.default_rng([seed, 0xB3C])
+    rates["bmc_node_frac"] = _u(bmc, ranges.bmc_node_frac)
+    has_bmc = tuple(bool(x) for x in bmc.random(nodes) < rates["bmc_node_frac"])
     return World(seed, ranges, base, node_iv, port_iv, generation, workload, skew, default, hot, racks, wraps, ports,
-                 rates, _unsupported(np.random.default_rng([seed, 0x0F1D]), ranges, nodes))
+                 rates, _unsupported(np.random.default_rng([seed, 0x0F1D]), ranges, nodes), has_bmc)
 
 
 #: GPU bits a node mask holds (GPUs past this on a node always report every field)

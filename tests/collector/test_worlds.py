@@ -361,3 +361,28 @@ def test_a_drawn_worlds_straggler_is_deeper_or_milder_and_may_sag_or_come_and_go
     lo, hi = 1 - SLOW_FACTOR_DRAWN[1], 1 - SLOW_FACTOR_DRAWN[0]
     assert min(deficits) > lo - 0.05 and max(deficits) < hi + 0.05
     assert min(deficits) < 0.25   # milder than the home world's 25-45 %
+
+
+def test_a_node_that_loses_its_power_goes_dark_until_repaired_and_a_node_without_a_bmc_logs_none(tmp_path):
+    from collector.schema import FaultClass
+
+    power = replace(BUSY, name="test-power", rate_multiplier=(6000, 6000), bmc_node_frac=(0.5, 0.5))
+    cfg = _cfg(seed=17, ranges=power, nodes=8, hours=6.0, mix={FaultClass.POWER: 1.0})
+    simulate_recording(cfg, tmp_path / "rec")
+    rec = open_recording(tmp_path / "rec")
+    gpu, net, events = rec.read_all("gpu"), rec.read_all("net"), rec.events()
+    lost = [i for i in rec.incidents() if i["fault"] == "power"]
+    assert lost, "no power incident drawn"
+    names = list(rec.manifest.nodes)
+    for inc in lost:
+        node, t = inc["node"], inc["failure_ts"]
+        dark = lambda df: df[(df["node"] == node) & (df["ts"] > t + 30) & (df["ts"] < t + 1800)]  # noqa: E731
+        assert len(dark(gpu)) == 0 and len(dark(net)) == 0, f"{node} still reports after losing its power"
+        kmsg = events[events["source"] != "bmc"]
+        assert len(dark(kmsg)) == 0
+        before = gpu[(gpu["node"] == node) & (gpu["ts"] < t) & (gpu["ts"] > t - 600)]
+        assert len(before), f"{node} was not reporting before its power failed"
+    has_bmc = dict(zip(names, draw_world(17, power, 8).bmc_node))
+    assert set(has_bmc.values()) == {True, False}
+    speaking = set(events.loc[events["source"] == "bmc", "node"])
+    assert speaking == {n for n, b in has_bmc.items() if b}
