@@ -155,6 +155,8 @@ class ActionPublic(BaseModel):
     error: str | None = None
     result: dict[str, Any] = {}
     blocked_by: str | None = None
+    #: gpuops already held the node: the same incident going further, not a new take-out
+    escalates: bool = False
 
     @classmethod
     def of(cls, rec: ActionRecord) -> "ActionPublic":

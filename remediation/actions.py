@@ -152,6 +152,9 @@ class ActionRecord:
     result: dict[str, Any] = field(default_factory=dict)
     #: set when safety held the action back or refused it: why
     blocked_by: str | None = None
+    #: gpuops already held the node when it took this action (the same incident going further, not a
+    #: new take-out: the lemon limit does not count it)
+    escalates: bool = False
 
     def moved(self, to: ActionState, now: float, **changes: Any) -> "ActionRecord":
         """This record in state *to* (checked against :data:`TRANSITIONS`)."""
@@ -165,7 +168,7 @@ class ActionRecord:
                 "fault": self.fault, "grade": self.grade, "source": self.source, "score": self.score,
                 "evidence": self.evidence, "dry_run": self.dry_run, "adapter": self.adapter,
                 "attempts": self.attempts, "error": self.error, "result": self.result,
-                "blocked_by": self.blocked_by}
+                "blocked_by": self.blocked_by, "escalates": self.escalates}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ActionRecord":

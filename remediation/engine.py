@@ -339,7 +339,7 @@ class Engine:
                                  maintenance=bool(status and status.maintenance),
                                  not_ours=bool(status and status.drained and not status.ours
                                                and rec.kind.holds_node)), status)
-        rec = replace(rec, blocked_by=verdict.blocked_by)
+        rec = replace(rec, blocked_by=verdict.blocked_by, escalates=rec.kind.holds_node and rec.node in self.holds)
         if not self.store.insert(rec, note=verdict.why or "proposed by the policy"):
             self._count("duplicate")
             return None                      # the same incident again (a replay after a restart)

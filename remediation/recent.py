@@ -2,12 +2,15 @@
 
 The gate (:mod:`remediation.safety`) is a pure function of a :class:`~remediation.safety.Snapshot`;
 the counts in it — automatic actions within ``action_window_s`` (the rate cap), each node's
-last action (cooldown), holds within ``lemon_window_s`` (lemons) — and the circuit
+last action (cooldown), take-outs within ``lemon_window_s`` (lemons) — and the circuit
 breaker's distinct nodes within ``breaker_window_s`` come from the actions gpuops took.
 :class:`RecentActions` keeps them: loaded from the store at start, added to as actions are
 taken (an operator's too, marked not automatic: only gpuops' own count against its
 limits), and the members of facility events, which the breaker counts though they are
-not drained. Plain bookkeeping: times come in with each call.
+not drained. An escalation (an action on a node gpuops already held, ``ActionRecord.escalates``)
+is the same incident going further: it counts towards the rate cap (a reset disrupts too)
+but not as a second take-out towards the lemon limit. Plain bookkeeping: times come in with
+each call.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class PastAction:
     kind: ActionKind
     created_at: float
     automatic: bool
+    #: taken on a node gpuops already held: not a new take-out (the lemon limit skips it)
+    escalates: bool = False
 
 
 class RecentActions:
@@ -39,12 +44,12 @@ class RecentActions:
 
     def load(self, recs: Iterable[ActionRecord]) -> None:
         """Start over from the store's records, oldest first: the cluster actions not rejected or cancelled."""
-        self.past = [PastAction(r.node, r.kind, r.created_at, r.actor == ENGINE_ACTOR) for r in recs
+        self.past = [PastAction(r.node, r.kind, r.created_at, r.actor == ENGINE_ACTOR, r.escalates) for r in recs
                      if r.kind.touches_cluster and r.state not in (ActionState.REJECTED, ActionState.CANCELLED)]
 
     def add(self, rec: ActionRecord, automatic: bool) -> None:
         """An action that takes a node out (*automatic*: gpuops' own, not a person's)."""
-        self.past.append(PastAction(rec.node, rec.kind, rec.created_at, automatic))
+        self.past.append(PastAction(rec.node, rec.kind, rec.created_at, automatic, rec.escalates))
 
     def add_facility_members(self, nodes: Iterable[str], now: float, window_s: float) -> None:
         """Members of this tick's facility events; those older than *window_s* are let go."""
@@ -67,7 +72,7 @@ class RecentActions:
             if p.kind is ActionKind.RESUME:
                 continue
             last[p.node] = max(last.get(p.node, 0.0), p.created_at)
-            if now - p.created_at < cfg.lemon_window_s and p.kind.holds_node:
+            if now - p.created_at < cfg.lemon_window_s and p.kind.holds_node and not p.escalates:
                 lemons[p.node] = lemons.get(p.node, 0) + 1
         return Snapshot(
             now=now, fleet_size=fleet_size, held=held, partition_of=partition_of, partition_size=partition_size,

@@ -132,7 +132,7 @@ def _row_record(row: sa.Row) -> ActionRecord:
     d = {name: getattr(row, name) for name in _RECORD_COLUMNS}
     for f in _JSON_FIELDS:
         d[f] = json.loads(d[f])
-    d["dry_run"] = bool(d["dry_run"])
+    d["dry_run"], d["escalates"] = bool(d["dry_run"]), bool(d["escalates"])
     return ActionRecord.from_dict(d)
 
 

@@ -33,6 +33,7 @@ actions = sa.Table(
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("result", sa.Text, nullable=False),
     sa.Column("blocked_by", sa.Text, nullable=True),
+    sa.Column("escalates", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 action_events = sa.Table(
     "action_events", _md,

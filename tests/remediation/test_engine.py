@@ -188,6 +188,23 @@ def test_a_node_taken_out_too_often_goes_to_a_person(store):
     assert "overrides lemon" in store.history(rec.id)[1]["note"]
 
 
+def test_an_escalation_of_a_held_node_is_not_a_second_take_out_and_a_restart_reads_it_back(store):
+    clock, cluster = Clock(), Cluster()
+    e = engine(store, clock, cluster, armed=True)
+    taken = []
+    for _ in range(4):                                     # the prediction holds act_sustain_s (60 s), then drains
+        taken += [r for r in e.tick(fleet(3, clock.t, p=[0.9, 0, 0]), explain) if r.kind.holds_node]
+        clock.t += 30
+    assert [(r.node, r.kind, r.escalates) for r in taken] == [("n00000", ActionKind.DRAIN, False)]
+    # the failure comes: the rule's certain evidence on the node gpuops holds is the same incident going further
+    more = [r for r in e.tick(fleet(3, clock.t, p=[0.9, 0, 0], rule_nodes=[0]), explain) if r.kind.holds_node]
+    assert [(r.node, r.escalates) for r in more] == [("n00000", True)]
+    assert e._snapshot(clock.t).recent_holds == {"n00000": 1}        # one take-out, not two
+    assert e._snapshot(clock.t).actions_in_window == 2               # the rate cap counts both: each disrupts
+    restarted = engine(store, clock, cluster, armed=True)
+    assert restarted._snapshot(clock.t).recent_holds == {"n00000": 1}
+
+
 def test_disruptive_kinds_wait_for_approval_when_configured(store):
     clock, cluster = Clock(), Cluster()
     e = engine(store, clock, cluster, safety=LOOSE.model_copy(update={"require_approval": frozenset({ActionKind.RESET})}),

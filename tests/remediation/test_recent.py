@@ -36,3 +36,12 @@ def test_actions_older_than_every_window_are_let_go_and_change_no_count():
     assert [p.node for p in recent.past] == [f"n{i}" for i in range(601, 1000)] + ["late"]
     assert snap.recent_holds["n999"] == 1 and "n0" not in snap.recent_holds
     assert snap.actions_in_window == 1
+
+
+def test_an_escalation_counts_towards_the_rate_cap_but_is_not_a_second_take_out():
+    from dataclasses import replace
+
+    recent = RecentActions()
+    recent.load([_drain("a", 0.0), replace(_drain("a", 100.0), kind=ActionKind.RESET, escalates=True)])
+    snap = _snap(recent, 200.0)
+    assert snap.recent_holds == {"a": 1} and snap.actions_in_window == 2
