@@ -31,9 +31,10 @@ or ``fabric.topograph.run/tier-0`` in Topograph 1.1). Kubernetes has no well-kno
 label (``topology.kubernetes.io/`` defines only region and zone), so a site adds its own,
 e.g. ``{"rack": "example.com/rack"}``.
 
-Errors: 404 on the node -> :class:`UnknownNode`; 409/429/5xx, connection errors and
-timeouts -> :class:`TransientAdapterError`; 403, 422 and other 4xx ->
-:class:`PermanentAdapterError`.
+Errors (:mod:`.kubernetes_errors`): 404 on the node -> :class:`UnknownNode`; 409/429/5xx,
+connection errors and timeouts -> :class:`TransientAdapterError`; 403, 422 and other 4xx ->
+:class:`PermanentAdapterError`. Reasons, times and facility labels as written on a node and
+read back: :mod:`.kubernetes_meta`.
 
 Measured against the test service (``deploy/testservices/k8s_up.sh``, docs/testing.md) on
 loopback: a drain that evicts 5 pods 48 ms, a status 8 ms, a resume 10 ms.
@@ -41,7 +42,6 @@ loopback: a drain that evicts 5 pods 48 ms, a status 8 ms, a resume 10 ms.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -49,9 +49,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from remediation.actions import REASON_PREFIX, ActionKind
 from remediation.adapters.base import (
-    AdapterError,
     NodeStatus,
     NotOurs,
     PermanentAdapterError,
@@ -59,6 +57,8 @@ from remediation.adapters.base import (
     UnknownNode,
     validate_node_name,
 )
+from remediation.adapters.kubernetes_errors import map_api_error, retry_after, transient_exceptions
+from remediation.adapters.kubernetes_meta import facility_of, fault_of, kind_of, parse_rfc3339, rfc3339
 
 #: every taint, annotation and label gpuops writes has this key prefix; resume removes only these
 KEY_PREFIX = "gpuops.io/"
@@ -67,8 +67,6 @@ ACTION_ANNOTATION = "gpuops.io/action"
 MAINTENANCE_ANNOTATION = "gpuops.io/maintenance-until"
 CONDITION_TYPE = "GpuopsRemediation"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-UNKNOWN_FAULT = "unknown"
-_KINDS = {k.value for k in ActionKind}
 
 
 class KubernetesAdapterConfig(BaseModel):
@@ -115,92 +113,6 @@ class KubernetesAdapterConfig(BaseModel):
 
 
 # ---- pure helpers (unit-tested without a server) ----------------------------------------
-
-def facility_of(labels: dict[str, str], keys: dict[str, tuple[str, ...]]) -> dict[str, str]:
-    """The facility labels (``{"leaf": "s1"}``) a node's labels give: for each, the first key present."""
-    out = {}
-    for name, candidates in keys.items():
-        value = next((labels[k] for k in candidates if labels.get(k)), None)
-        if value:
-            out[name] = value
-    return out
-
-
-def fault_of(reason: str) -> str:
-    """The fault class in a reason ``gpuops: <kind> [<fault>] id=...``; ``"unknown"`` if absent.
-
-    The result is a valid label value (it becomes a taint value): letters, digits, ``-_.``.
-    """
-    words = reason.split()
-    if len(words) < 3 or words[0] != REASON_PREFIX or words[1] not in _KINDS or words[2].startswith("id="):
-        return UNKNOWN_FAULT
-    fault = "".join(c if c.isalnum() or c in "-_." else "_" for c in words[2])[:63].strip("-_.")
-    return fault or UNKNOWN_FAULT
-
-
-def kind_of(reason: str) -> str | None:
-    """The action kind in a gpuops reason, or None."""
-    words = reason.split()
-    return words[1] if len(words) >= 2 and words[0] == REASON_PREFIX and words[1] in _KINDS else None
-
-
-def rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: str) -> float | None:
-    """Seconds since the epoch of an RFC 3339 time (``Z`` or an offset); None if unreadable."""
-    try:
-        parsed = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except (ValueError, AttributeError):
-        return None
-    if parsed.tzinfo is None:
-        return None  # RFC 3339 requires an offset; a bare local time is ambiguous
-    return parsed.timestamp()
-
-
-def _retry_after(exc: Any, default: float | None) -> float | None:
-    headers = getattr(exc, "headers", None) or {}
-    try:
-        value = headers.get("Retry-After")
-        return float(value) if value is not None else default
-    except (TypeError, ValueError):
-        return default
-
-
-def map_api_error(exc: BaseException, what: str, node: str | None = None,
-                  default_retry_s: float | None = None) -> AdapterError:
-    """The adapter error for a failed API call (*what* says which, for the message).
-
-    *node* set: a 404 means that node does not exist (:class:`UnknownNode`).
-    """
-    status = getattr(exc, "status", None)
-    if not isinstance(status, int) or status == 0:  # no HTTP answer: connection refused, timeout
-        return TransientAdapterError(f"{what}: API server unreachable ({type(exc).__name__}: {exc}); "
-                                     "retry later", retry_after_s=default_retry_s)
-    detail = f"HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            detail += f": {json.loads(body).get('message', '')}"
-        except (ValueError, AttributeError, TypeError):
-            detail += f": {str(body)[:200]}"
-    if status == 404 and node is not None:
-        return UnknownNode(f"{what}: the API server has no node {node!r} ({detail})")
-    if status in (409, 429) or status >= 500:
-        return TransientAdapterError(f"{what}: {detail}; retry later",
-                                     retry_after_s=_retry_after(exc, default_retry_s))
-    if status in (401, 403):
-        return PermanentAdapterError(f"{what}: {detail}; grant the gpuops service account "
-                                     "get/patch on nodes and nodes/status, list pods, create pods/eviction")
-    return PermanentAdapterError(f"{what}: {detail}")
-
-
-def _transient_exceptions() -> tuple[type[BaseException], ...]:
-    import urllib3.exceptions
-
-    return (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
-
 
 # ---- the adapter --------------------------------------------------------------------------
 
@@ -322,9 +234,9 @@ class KubernetesAdapter:
             if e.status == 404:
                 return None  # gone already
             if e.status == 429:
-                return _retry_after(e, self.config.pdb_retry_after_s)
+                return retry_after(e, self.config.pdb_retry_after_s)
             raise map_api_error(e, f"evict pod {ns}/{name}", default_retry_s=self.config.pdb_retry_after_s) from e
-        except _transient_exceptions() as e:
+        except transient_exceptions() as e:
             raise map_api_error(e, f"evict pod {ns}/{name}") from e
         return None
 
@@ -358,7 +270,7 @@ class KubernetesAdapter:
             if e.status == 409 and attempt < self.config.max_conflict_retries:
                 return False
             raise map_api_error(e, f"{what} node {node}", node=node) from e
-        except _transient_exceptions() as e:
+        except transient_exceptions() as e:
             raise map_api_error(e, f"{what} node {node}", node=node) from e
         return True
 
@@ -465,7 +377,7 @@ class KubernetesAdapter:
             return fn(*args, _request_timeout=self._timeout, **kw)
         except ApiException as e:
             raise map_api_error(e, what, node=node) from e
-        except _transient_exceptions() as e:
+        except transient_exceptions() as e:
             raise map_api_error(e, what, node=node) from e
 
 

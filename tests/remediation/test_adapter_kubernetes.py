@@ -36,11 +36,9 @@ from remediation.adapters.kubernetes import (
     MAINTENANCE_ANNOTATION,
     KubernetesAdapter,
     KubernetesAdapterConfig,
-    fault_of,
-    map_api_error,
-    parse_rfc3339,
-    rfc3339,
 )
+from remediation.adapters.kubernetes_errors import map_api_error
+from remediation.adapters.kubernetes_meta import fault_of, parse_rfc3339, rfc3339
 
 k8s = pytest.mark.kubernetes
 NOW = 1_760_000_000.0  # the adapter's clock in these tests (2025-10-09)

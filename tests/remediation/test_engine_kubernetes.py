@@ -10,7 +10,8 @@ import pytest
 
 from collector.schema import Action, FaultClass, Grade
 from remediation.actions import ActionState
-from remediation.adapters.kubernetes import FAULT_TAINT, MAINTENANCE_ANNOTATION, KubernetesAdapter, rfc3339
+from remediation.adapters.kubernetes import FAULT_TAINT, MAINTENANCE_ANNOTATION, KubernetesAdapter
+from remediation.adapters.kubernetes_meta import rfc3339
 from remediation.engine import Engine
 from remediation.policy import Decision
 from remediation.store import ActionStore
