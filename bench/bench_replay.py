@@ -26,22 +26,21 @@ import datetime as dt
 import os
 import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, not whatever pip installed
 
 from api.replay import Replayer  # noqa: E402
+from collector.simulator import SimConfig, simulate_recording  # noqa: E402
 from models.bundle import ModelBundle  # noqa: E402
 from remediation.config import PolicyConfig  # noqa: E402
 
 
 def ensure_recording(path: Path, nodes: int, hours: float, interval: float, seed: int) -> None:
-    if (path / "manifest.json").is_file():
-        return
-    subprocess.run([sys.executable, "-m", "api.cli", "simulate", "--nodes", str(nodes), "--hours", str(hours),
-                    "--interval", str(interval), "--seed", str(seed), "--out", str(path)], check=True)
+    """Simulate the home-world recording once, in this process (as bench_detection.recording does)."""
+    if not (path / "manifest.json").is_file():
+        simulate_recording(SimConfig(nodes=nodes, hours=hours, interval_s=interval, seed=seed), path)
 
 
 def one_run(bundle: ModelBundle, recording: Path) -> dict:
