@@ -70,7 +70,9 @@ def action_table(actions: list[dict[str, Any]], title: str = "actions") -> Any:
         # short columns keep their width; the reason takes what is left and wraps
         t.add_column(col, no_wrap=col != "reason", overflow="fold", min_width=30 if col == "reason" else None)
     for a in actions:
-        t.add_row(a["id"], a["node"], a["kind"], _state(a["state"]), "" if a.get("gpu") is None else str(a["gpu"]),
+        # an escalation takes further a node gpuops already holds: the same incident, not a new take-out
+        kind = a["kind"] + (" (escalation)" if a.get("escalates") else "")
+        t.add_row(a["id"], a["node"], kind, _state(a["state"]), "" if a.get("gpu") is None else str(a["gpu"]),
                   "yes" if a.get("dry_run") else "NO", a["actor"], when(a.get("created_at")),
                   _esc(a.get("reason", "") + (f" [blocked: {a['blocked_by']}]" if a.get("blocked_by") else "")))
     return t

@@ -118,7 +118,7 @@ const table = (cols, rows, attrs = {}) => h("table", attrs,
 
 function actionRows(actions, buttons = false) {
   return actions.map((a) => h("tr", { "data-id": a.id, "data-state": a.state },
-    h("td", {}, time(a.created_at)), h("td", {}, a.node), h("td", {}, a.kind + (a.gpu != null ? ` gpu ${a.gpu}` : "")),
+    h("td", {}, time(a.created_at)), h("td", {}, a.node), h("td", {}, a.kind + (a.gpu != null ? ` gpu ${a.gpu}` : "") + (a.escalates ? " (escalation)" : "")),
     h("td", { class: "state" }, a.state + (a.dry_run ? " (dry run)" : "")),
     h("td", {}, a.reason, a.blocked_by ? h("div", { class: "muted" }, "held back: " + a.blocked_by) : ""),
     h("td", {}, a.actor),

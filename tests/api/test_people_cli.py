@@ -103,3 +103,16 @@ def test_approve_reject_and_cancel_act_on_proposals(gpuops, api_ctx):
     assert json.loads(gpuops("reject", recs["n00004"].id, "--json").stdout)["state"] == "rejected"
     assert "cancelled" in gpuops("cancel", recs["n00005"].id).output
     assert gpuops("cancel", recs["n00005"].id).exit_code == 2                   # already cancelled: 409
+
+
+def test_the_action_table_marks_an_escalation_of_a_held_node():
+    from rich.console import Console
+
+    from api.commands.remote import action_table
+
+    base = {"node": "n1", "state": "succeeded", "actor": "engine", "created_at": 0.0, "dry_run": True, "reason": "r"}
+    rows = [{**base, "id": "a1", "kind": "drain"}, {**base, "id": "a2", "kind": "reset", "gpu": 3, "escalates": True}]
+    console = Console(width=200, record=True)
+    console.print(action_table(rows))
+    lines = {ln.split()[1]: ln for ln in console.export_text().splitlines() if ln.split()[1:2] in (["a1"], ["a2"])}
+    assert "reset (escalation)" in lines["a2"] and "escalation" not in lines["a1"]
