@@ -3,7 +3,7 @@
 Usage: python bench/bench_detection.py [--seeds 1 2 3] [--nodes 64] [--hours 24] [--model DIR]
                                        [--foreign] [--out bench/results/detection.md]
 
-For each seed: simulate (cached under /tmp/gpuops-bench/), replay through the model and
+For each seed: simulate (cached under /tmp/gpuops-bench/, named by the simulator's source digest), replay through the model and
 the rules-only baseline (one pass), score per spec/recording.md. With --foreign, also
 replay the first seed rewritten as another tool would (renamed nodes, shuffled rows in
 several files, gzip JSONL) and degraded (optional columns dropped, NaN fields), and a
@@ -13,6 +13,8 @@ copy sampled every 30 s. Prints and writes a Markdown table with totals over see
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import sys
 import time
@@ -31,8 +33,19 @@ KEYS = ("node_fault_incidents", "caught", "predictable", "caught_predictively", 
         "actions_on_app_errors")
 
 
+@functools.cache
+def simulator_digest() -> str:
+    """8 hex digits of the simulator's source and the record contract it writes: a cached recording is
+    reused only by the code that would write it again byte for byte (a changed renderer makes new ones)."""
+    root = Path(__file__).resolve().parents[1] / "collector"
+    h = hashlib.sha256()
+    for f in sorted([*(root / "simulator").glob("*.py"), root / "schema.py", root / "xid.py"]):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:8]
+
+
 def recording(seed: int, nodes: int, hours: float, interval: float = 10.0) -> Path:
-    out = CACHE / f"sim-n{nodes}-h{hours:g}-i{interval:g}-s{seed}"
+    out = CACHE / f"sim-n{nodes}-h{hours:g}-i{interval:g}-s{seed}-{simulator_digest()}"
     if not (out / "manifest.json").exists():
         simulate_recording(SimConfig(nodes=nodes, hours=hours, interval_s=interval, seed=seed), out)
     return out

@@ -48,6 +48,7 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from api.replay import READ_WINDOW_S, from_first_gpu_sample  # noqa: E402
+from bench_detection import simulator_digest  # noqa: E402
 from bench_robustness import _f, _one  # noqa: E402  (one replay, scored as the judged suite is)
 from collector.recording import open_recording  # noqa: E402
 from collector.simulator import SimConfig, TRAINING, draw_world, simulate_recording, world_config  # noqa: E402
@@ -174,7 +175,8 @@ def main() -> None:
     a = ap.parse_args()
     bundle = ModelBundle.load(a.model or default_model_path())
     t0 = time.perf_counter()
-    base = base_recording(a.dir / f"train-ranges-n{a.nodes}-h{a.hours:g}-s{a.seed}", a.nodes, a.hours, a.seed)
+    base = base_recording(a.dir / f"train-ranges-n{a.nodes}-h{a.hours:g}-s{a.seed}-{simulator_digest()}",
+                          a.nodes, a.hours, a.seed)
     print(f"base recording {base} ({time.perf_counter() - t0:.0f} s)", flush=True)
     incidents = [json.loads(line) for line in (base / "incidents.jsonl").read_text().splitlines() if line.strip()]
     nodes = json.loads((base / "manifest.json").read_text())["nodes"]
