@@ -3,8 +3,8 @@
 Usage: python bench/bench_detection.py [--seeds 1 2 3] [--nodes 64] [--hours 24] [--model DIR]
                                        [--foreign] [--out bench/results/detection.md]
 
-For each seed: simulate (cached under /tmp/gpuops-bench/, named by the simulator's source digest), replay through the model and
-the rules-only baseline (one pass), score per spec/recording.md. With --foreign, also
+For each seed: simulate (cached under /tmp/gpuops-bench/, :func:`cached_recording`), replay
+through the model and the rules-only baseline (one pass), score per spec/recording.md. With --foreign, also
 replay the first seed rewritten as another tool would (renamed nodes, shuffled rows in
 several files, gzip JSONL) and degraded (optional columns dropped, NaN fields), and a
 copy sampled every 30 s. Prints and writes a Markdown table with totals over seeds.
@@ -16,6 +16,7 @@ import argparse
 import functools
 import hashlib
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -44,11 +45,23 @@ def simulator_digest() -> str:
     return h.hexdigest()[:8]
 
 
-def recording(seed: int, nodes: int, hours: float, interval: float = 10.0) -> Path:
-    out = CACHE / f"sim-n{nodes}-h{hours:g}-i{interval:g}-s{seed}-{simulator_digest()}"
+def cached_recording(out: Path, cfg: SimConfig) -> Path:
+    """*cfg* simulated into ``<out>-<simulator digest>`` once, and reused after: the benches' one cache.
+    Written under a ``.partial`` name and renamed, so an interrupted run never leaves a recording
+    that looks whole."""
+    out = out.with_name(f"{out.name}-{simulator_digest()}")
     if not (out / "manifest.json").exists():
-        simulate_recording(SimConfig(nodes=nodes, hours=hours, interval_s=interval, seed=seed), out)
+        tmp = out.with_name(out.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        simulate_recording(cfg, tmp)
+        tmp.rename(out)
     return out
+
+
+def recording(seed: int, nodes: int, hours: float, interval: float = 10.0) -> Path:
+    """The home world's recording of *seed* (cached)."""
+    return cached_recording(CACHE / f"sim-n{nodes}-h{hours:g}-i{interval:g}-s{seed}",
+                            SimConfig(nodes=nodes, hours=hours, interval_s=interval, seed=seed))
 
 
 def run(path: Path, bundle: ModelBundle, cfg: PolicyConfig) -> dict:

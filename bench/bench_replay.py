@@ -12,7 +12,7 @@ Target (issue 3): ≥ 250,000 GPU samples/s end to end with the default 60 s cad
 Usage::
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python bench/bench_replay.py \\
-        --recording /tmp/perf64 [--model models/default] [--runs 3] [--write bench/results/replay.md]
+        [--recording DIR] [--model models/default] [--runs 3] [--write bench/results/replay.md]
 
 The glibc settings of shared/PERFORMANCE.md (``MALLOC_MMAP_THRESHOLD_=33554432
 MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_TOP_PAD_=268435456``) cut page-fault time
@@ -32,15 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, not whatever pip installed
 
 from api.replay import Replayer  # noqa: E402
-from collector.simulator import SimConfig, simulate_recording  # noqa: E402
+from bench_detection import recording  # noqa: E402
 from models.bundle import ModelBundle  # noqa: E402
 from remediation.config import PolicyConfig  # noqa: E402
-
-
-def ensure_recording(path: Path, nodes: int, hours: float, interval: float, seed: int) -> None:
-    """Simulate the home-world recording once, in this process (as bench_detection.recording does)."""
-    if not (path / "manifest.json").is_file():
-        simulate_recording(SimConfig(nodes=nodes, hours=hours, interval_s=interval, seed=seed), path)
 
 
 def one_run(bundle: ModelBundle, recording: Path) -> dict:
@@ -63,7 +57,8 @@ def measure(name: str, bundle: ModelBundle, recording: Path, runs: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--recording", type=Path, default=Path("/tmp/perf64"))
+    ap.add_argument("--recording", type=Path, help="a recording to replay (default: the home world of --seed, "
+                    "--nodes, --hours, --interval, simulated once into the benches' cache)")
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--hours", type=float, default=24)
     ap.add_argument("--interval", type=float, default=10)
@@ -72,7 +67,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--write", type=Path, help="append a results table to this Markdown file")
     a = ap.parse_args()
-    ensure_recording(a.recording, a.nodes, a.hours, a.interval, a.seed)
+    if a.recording is None:
+        a.recording = recording(a.seed, a.nodes, a.hours, a.interval)
+    elif not (a.recording / "manifest.json").is_file():
+        ap.error(f"{a.recording}: not a recording (no manifest.json); omit --recording to simulate one")
     rows = [measure("rules only", ModelBundle.rules_only(), a.recording, a.runs)]
     if a.model:
         rows.append(measure(f"model {a.model}", ModelBundle.load(a.model), a.recording, a.runs))

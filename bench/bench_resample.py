@@ -48,10 +48,10 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from api.replay import READ_WINDOW_S, from_first_gpu_sample  # noqa: E402
-from bench_detection import simulator_digest  # noqa: E402
+from bench_detection import cached_recording  # noqa: E402
 from bench_robustness import _f, _one  # noqa: E402  (one replay, scored as the judged suite is)
 from collector.recording import open_recording  # noqa: E402
-from collector.simulator import SimConfig, TRAINING, draw_world, simulate_recording, world_config  # noqa: E402
+from collector.simulator import SimConfig, TRAINING, draw_world, world_config  # noqa: E402
 from models.bundle import ModelBundle, default_model_path  # noqa: E402
 from pipeline.frames import RECORDING_COLUMNS  # noqa: E402
 from pipeline.settings import PipelineSettings  # noqa: E402
@@ -62,16 +62,10 @@ BASE_INTERVAL_S = 5.0
 
 def base_recording(out: Path, nodes: int, hours: float, seed: int) -> Path:
     """One fleet at 5 s in a world from the training ranges (interval fixed, ports with the GPUs)."""
-    if (out / "manifest.json").exists():
-        return out
     ranges = replace(TRAINING, name="resample-5s", interval_choices_s=(BASE_INTERVAL_S,), mixed_interval_prob=0.0,
                      port_interval_choices_s=(0,))
-    cfg = world_config(SimConfig(nodes=nodes, hours=hours, seed=seed), draw_world(seed, ranges, nodes))
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    simulate_recording(cfg, tmp)
-    tmp.rename(out)
-    return out
+    return cached_recording(out, world_config(SimConfig(nodes=nodes, hours=hours, seed=seed),
+                                              draw_world(seed, ranges, nodes)))
 
 
 def _every_kth(tbl: pa.Table, keys: list[str], k: int) -> pa.Table:
@@ -175,8 +169,7 @@ def main() -> None:
     a = ap.parse_args()
     bundle = ModelBundle.load(a.model or default_model_path())
     t0 = time.perf_counter()
-    base = base_recording(a.dir / f"train-ranges-n{a.nodes}-h{a.hours:g}-s{a.seed}-{simulator_digest()}",
-                          a.nodes, a.hours, a.seed)
+    base = base_recording(a.dir / f"train-ranges-n{a.nodes}-h{a.hours:g}-s{a.seed}", a.nodes, a.hours, a.seed)
     print(f"base recording {base} ({time.perf_counter() - t0:.0f} s)", flush=True)
     incidents = [json.loads(line) for line in (base / "incidents.jsonl").read_text().splitlines() if line.strip()]
     nodes = json.loads((base / "manifest.json").read_text())["nodes"]

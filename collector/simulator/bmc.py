@@ -173,8 +173,8 @@ def render_bmc(plan: "FleetPlan", bp: BmcPlan, a: int, b: int, level: np.ndarray
     cfg = plan.cfg
     dt, N, every = cfg.interval_s, cfg.nodes, cfg.bmc_sensor_period_s
     t0, t1 = a * dt, min(b, cfg.n_ticks) * dt
-    world = plan.cfg.world
-    has = np.array(world.bmc_node, bool) if world is not None and world.bmc_node else np.ones(N, bool)
+    world = plan.cfg.world   # a drawn world gives a BMC to some nodes only; the home world to every node
+    has = np.ones(N, bool) if world is None else np.array(world.bmc_node, bool)
     out = [_sel_event(plan, s) for s in bp.sel if t0 <= s.t < t1 and has[s.node]]
     periods = np.arange(max(0, math.floor(t0 / every) - 1), math.ceil(t1 / every) + 1)
     t = periods[:, None] * every + bp.phase_s[None, :]  # (P, N)

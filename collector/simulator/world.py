@@ -53,8 +53,8 @@ class World:
     rates: dict[str, float]
     #: per UNSUPPORTED_FIELDS group, one bit mask per node: bit g set = GPU g does not report it
     unsupported: dict[str, tuple[int, ...]]
-    #: nodes whose BMC gpuops reads (empty: every node's)
-    bmc_node: tuple[bool, ...] = ()
+    #: nodes whose BMC gpuops reads
+    bmc_node: tuple[bool, ...]
 
     def to_json(self) -> dict[str, Any]:
         """The ``"world"`` entry of manifest.json."""
@@ -64,7 +64,7 @@ class World:
             "skew_s": [round(s, 3) for s in self.skew_s], "exporter_default": list(self.exporter_default),
             "hot": list(self.hot_node), "rack": list(self.rack_of_node), "wrap_data": list(self.wrap_data),
             "unsupported": {k: list(v) for k, v in self.unsupported.items()},
-            "bmc": list(self.bmc_node) if self.bmc_node else [True] * len(self.node_interval_s),
+            "bmc": list(self.bmc_node),
         }
         r = asdict(self.ranges)
         return {"seed": self.seed, "ranges": self.ranges.name, "shift": self.ranges.shift,
