@@ -4,6 +4,11 @@ The NVML module is injected (``NvmlSource(node, nvml=fake)``); by default ``pynv
 (nvidia-ml-py) is imported when the source is built, never at import time. Units are
 converted to the contract's: bytes → MiB, mW → W, violation time ns → µs.
 
+Counters and slow gauges come from **one** ``nvmlDeviceGetFieldValues`` call per GPU (the field
+ids DCGM reads), not one call each. On a real H200 that took a sample from 2.0 to 1.2 ms of CPU;
+the two violation-status calls alone had cost 2 ms (``bench/results/nvml-h200.md``). A column
+whose field the driver refuses (older drivers lack some ids) falls back to its own function.
+
 Per field, an NVML error never costs the rest of the sample: the field is ``None``.
 "Not supported" is remembered per GPU and field, so a counter the GPU lacks (retired
 pages on Hopper, NVLink on a PCIe card) costs one call at start, not one per tick.
@@ -37,10 +42,37 @@ _UNSUPPORTED_NAMES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND
                       "NVML_ERROR_NOT_FOUND", "NVML_ERROR_NO_PERMISSION")
 
 
+# NVML return codes a field value carries when the driver does not know or serve that id:
+# the column then uses its own NVML function instead.
+_FIELD_REFUSED_NAMES = _UNSUPPORTED_NAMES + ("NVML_ERROR_INVALID_ARGUMENT",)
+
+#: column → (NVML field id constant, divisor to the contract's unit), read in one batched call
+FIELDS: tuple[tuple[str, str, float], ...] = (
+    ("temp_mem_c", "NVML_FI_DEV_MEMORY_TEMP", 1.0),
+    ("power_limit_w", "NVML_FI_DEV_POWER_CURRENT_LIMIT", 1000.0),  # mW
+    ("thermal_violation_us", "NVML_FI_DEV_PERF_POLICY_THERMAL", 1000.0),  # ns
+    ("power_violation_us", "NVML_FI_DEV_PERF_POLICY_POWER", 1000.0),  # ns
+    ("ecc_sbe_vol", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", 1.0),
+    ("ecc_dbe_vol", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", 1.0),
+    ("ecc_sbe_agg", "NVML_FI_DEV_ECC_SBE_AGG_TOTAL", 1.0),
+    ("ecc_dbe_agg", "NVML_FI_DEV_ECC_DBE_AGG_TOTAL", 1.0),
+    ("retired_pages_sbe", "NVML_FI_DEV_RETIRED_SBE", 1.0),
+    ("retired_pages_dbe", "NVML_FI_DEV_RETIRED_DBE", 1.0),
+    ("retired_pages_pending", "NVML_FI_DEV_RETIRED_PENDING", 1.0),
+    ("remapped_rows_corr", "NVML_FI_DEV_REMAPPED_COR", 1.0),
+    ("remapped_rows_uncorr", "NVML_FI_DEV_REMAPPED_UNC", 1.0),
+    ("row_remap_pending", "NVML_FI_DEV_REMAPPED_PENDING", 1.0),
+    ("row_remap_failure", "NVML_FI_DEV_REMAPPED_FAILURE", 1.0),
+    ("pcie_replay", "NVML_FI_DEV_PCIE_REPLAY_COUNTER", 1.0),
+)
+
+
 class NvmlSource:
     """Samples every NVIDIA GPU on the node through NVML (one row per GPU per tick)."""
 
     name = "nvml"
+    #: the batched columns (a subclass with ``()`` reads every column through its own function)
+    fields = FIELDS
 
     def __init__(self, node: str, nvml: Any = None) -> None:
         self.node = node
@@ -48,6 +80,7 @@ class NvmlSource:
         self._init()
         m = self._nvml
         self._unsupported_codes = {getattr(m, n) for n in _UNSUPPORTED_NAMES if hasattr(m, n)}
+        self._refused_codes = {getattr(m, n) for n in _FIELD_REFUSED_NAMES if hasattr(m, n)}
         self._unsupported: set[tuple[int, str]] = set()
         #: Per-field count of NVML errors other than "not supported" (GPU lost, timeout…).
         self.field_errors: Counter[str] = Counter()
@@ -56,6 +89,9 @@ class NvmlSource:
         self._uuids = [self._static(i, m.nvmlDeviceGetUUID) for i in range(n)]
         self._links = [self._nvlinks(h) for h in self._handles]
         self._mem_version = getattr(m, "nvmlMemory_v2", None)
+        known = [(col, getattr(m, fid), k) for col, fid, k in self.fields if hasattr(m, fid)]
+        #: per GPU, the columns still read as field values (a refused one leaves for good)
+        self._batched: list[list[tuple[str, int, float]]] = [list(known) for _ in self._handles]
 
     @classmethod
     def from_options(cls, options: SourceOptions) -> "NvmlSource":
@@ -135,35 +171,14 @@ class NvmlSource:
         row["fb_used_mib"] = None if mem is None else mem.used / MIB
         row["fb_free_mib"] = None if mem is None else mem.free / MIB
         row["temp_gpu_c"] = _num(r(i, "temp_gpu", lambda: m.nvmlDeviceGetTemperature(h, m.NVML_TEMPERATURE_GPU)))
-        row["temp_mem_c"] = _num(r(i, "temp_mem", lambda: _field_value(m, h, m.NVML_FI_DEV_MEMORY_TEMP)))
         row["power_w"] = _milli(r(i, "power", lambda: m.nvmlDeviceGetPowerUsage(h)))
-        row["power_limit_w"] = _milli(r(i, "power_limit", lambda: m.nvmlDeviceGetPowerManagementLimit(h)))
         row["sm_clock_mhz"] = _num(r(i, "sm_clock", lambda: m.nvmlDeviceGetClockInfo(h, m.NVML_CLOCK_SM)))
         row["mem_clock_mhz"] = _num(r(i, "mem_clock", lambda: m.nvmlDeviceGetClockInfo(h, m.NVML_CLOCK_MEM)))
         row["throttle_reasons"] = r(i, "throttle", lambda: self._throttle(h))
-        row["thermal_violation_us"] = _violation_us(
-            r(i, "viol_thermal", lambda: m.nvmlDeviceGetViolationStatus(h, m.NVML_PERF_POLICY_THERMAL)))
-        row["power_violation_us"] = _violation_us(
-            r(i, "viol_power", lambda: m.nvmlDeviceGetViolationStatus(h, m.NVML_PERF_POLICY_POWER)))
-
-        corr, unc = m.NVML_MEMORY_ERROR_TYPE_CORRECTED, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-        vol, agg = m.NVML_VOLATILE_ECC, m.NVML_AGGREGATE_ECC
-        for col, et, ct in (("ecc_sbe_vol", corr, vol), ("ecc_dbe_vol", unc, vol),
-                            ("ecc_sbe_agg", corr, agg), ("ecc_dbe_agg", unc, agg)):
-            row[col] = _num(r(i, col, lambda et=et, ct=ct: m.nvmlDeviceGetTotalEccErrors(h, et, ct)))
-
-        for col, cause in (("retired_pages_sbe", m.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-                           ("retired_pages_dbe", m.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)):
-            pages = r(i, col, lambda cause=cause: m.nvmlDeviceGetRetiredPages(h, cause))
-            row[col] = None if pages is None else float(len(pages))
-        row["retired_pages_pending"] = _num(r(i, "retired_pending", lambda: m.nvmlDeviceGetRetiredPagesPendingStatus(h)))
-
-        remap = r(i, "remapped_rows", lambda: m.nvmlDeviceGetRemappedRows(h))
-        (row["remapped_rows_corr"], row["remapped_rows_uncorr"],
-         row["row_remap_pending"], row["row_remap_failure"]) = (
-            (None,) * 4 if remap is None else tuple(float(x) for x in remap[:4]))
-        row["pcie_replay"] = _num(r(i, "pcie_replay", lambda: m.nvmlDeviceGetPcieReplayCounter(h)))
-
+        row.update(self._field_values(i, h))
+        for col, fn in _legacy(m, h).items():
+            if col not in row:
+                row[col] = r(i, col, fn)
         for col, counter in (("nvlink_crc_flit_err", m.NVML_NVLINK_ERROR_DL_CRC_FLIT),
                              ("nvlink_crc_data_err", m.NVML_NVLINK_ERROR_DL_CRC_DATA),
                              ("nvlink_replay_err", m.NVML_NVLINK_ERROR_DL_REPLAY),
@@ -171,6 +186,38 @@ class NvmlSource:
             row[col] = r(i, col, lambda counter=counter: self._nvlink_sum(h, self._links[i], counter))
         row["xid_last"] = None
         return row
+
+    def _field_values(self, i: int, h: Any) -> dict[str, float | None]:
+        """The batched columns of GPU ``i``; a column NVML refuses is left for its own function."""
+        cols = self._batched[i]
+        if not cols:
+            return {}
+        m = self._nvml
+        try:
+            values = m.nvmlDeviceGetFieldValues(h, [fid for _, fid, _ in cols])
+        except m.NVMLError as e:
+            if getattr(e, "value", None) in self._refused_codes:  # no batched reads on this driver
+                self._batched[i] = []
+                return {}
+            if not self.field_errors["field_values"]:
+                log.warning("nvml: GPU %d field values failed: %s", i, e)
+            self.field_errors["field_values"] += 1
+            return {col: None for col, _, _ in cols}
+        out: dict[str, float | None] = {}
+        refused = set()
+        for (col, _, k), v in zip(cols, values):
+            if v.nvmlReturn == m.NVML_SUCCESS:
+                out[col] = float(_value_of(v)) / k
+            elif v.nvmlReturn in self._refused_codes:
+                refused.add(col)
+            else:
+                if not self.field_errors[col]:
+                    log.warning("nvml: GPU %d field %s failed: NVML return %s", i, col, v.nvmlReturn)
+                self.field_errors[col] += 1
+                out[col] = None
+        if refused:
+            self._batched[i] = [c for c in cols if c[0] not in refused]
+        return out
 
     def _memory(self, h: Any) -> Any:
         """Memory info v2 (what nvidia-smi shows: used excludes the driver's reserve), else v1."""
@@ -237,11 +284,44 @@ def _why_no_nvml(m: Any, e: Exception) -> str:
     return f"nvml source cannot start: {what}. To run without GPUs, leave nvml out of --sources."
 
 
+def _legacy(m: Any, h: Any) -> dict[str, Callable[[], float | None]]:
+    """Each batched column through its own NVML function, in the contract's unit (the fallback)."""
+    corr, unc = m.NVML_MEMORY_ERROR_TYPE_CORRECTED, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    vol, agg = m.NVML_VOLATILE_ECC, m.NVML_AGGREGATE_ECC
+    sbe = m.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    dbe = m.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    ecc = m.nvmlDeviceGetTotalEccErrors
+    remap = m.nvmlDeviceGetRemappedRows
+    return {
+        "temp_mem_c": lambda: _num(_field_value(m, h, m.NVML_FI_DEV_MEMORY_TEMP)),
+        "power_limit_w": lambda: _milli(m.nvmlDeviceGetPowerManagementLimit(h)),
+        "thermal_violation_us": lambda: _violation_us(m.nvmlDeviceGetViolationStatus(h, m.NVML_PERF_POLICY_THERMAL)),
+        "power_violation_us": lambda: _violation_us(m.nvmlDeviceGetViolationStatus(h, m.NVML_PERF_POLICY_POWER)),
+        "ecc_sbe_vol": lambda: _num(ecc(h, corr, vol)),
+        "ecc_dbe_vol": lambda: _num(ecc(h, unc, vol)),
+        "ecc_sbe_agg": lambda: _num(ecc(h, corr, agg)),
+        "ecc_dbe_agg": lambda: _num(ecc(h, unc, agg)),
+        "retired_pages_sbe": lambda: float(len(m.nvmlDeviceGetRetiredPages(h, sbe))),
+        "retired_pages_dbe": lambda: float(len(m.nvmlDeviceGetRetiredPages(h, dbe))),
+        "retired_pages_pending": lambda: _num(m.nvmlDeviceGetRetiredPagesPendingStatus(h)),
+        "remapped_rows_corr": lambda: float(remap(h)[0]),
+        "remapped_rows_uncorr": lambda: float(remap(h)[1]),
+        "row_remap_pending": lambda: float(remap(h)[2]),
+        "row_remap_failure": lambda: float(remap(h)[3]),
+        "pcie_replay": lambda: _num(m.nvmlDeviceGetPcieReplayCounter(h)),
+    }
+
+
 def _field_value(m: Any, h: Any, field_id: int) -> Any:
     """One NVML field value (``nvmlDeviceGetFieldValues``), raising its own per-field error."""
     v = m.nvmlDeviceGetFieldValues(h, [field_id])[0]
     if v.nvmlReturn != m.NVML_SUCCESS:
         raise m.NVMLError(v.nvmlReturn)
+    return _value_of(v)
+
+
+def _value_of(v: Any) -> Any:
+    """A field value's number, read from the union member its ``valueType`` names."""
     kind = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
     return getattr(v.value, kind.get(int(v.valueType), "ullVal"))
 

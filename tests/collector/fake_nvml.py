@@ -54,6 +54,8 @@ class FakeGpu:
     failing: dict = field(default_factory=dict)
     #: PIDs of the compute processes running on the GPU
     processes: list = field(default_factory=list)
+    #: columns whose batched field id this driver refuses (their own functions still work)
+    refused_fields: set = field(default_factory=set)
 
 
 class FakeNvml:
@@ -118,13 +120,24 @@ class FakeNvml:
         return self._gpu(h, "nvmlDeviceGetTemperature").temp_gpu
 
     def nvmlDeviceGetFieldValues(self, h, field_ids):
+        """Every field id ``NvmlSource`` batches, from the same readings as the per-function calls.
+
+        A field is refused (NOT_SUPPORTED) when its per-function call is unsupported, or when its
+        column is named in ``unsupported`` / ``refused_fields`` (the driver lacks only the field id).
+        """
         g = self._gpu(h, "nvmlDeviceGetFieldValues")
         out = []
         for fid in field_ids:
-            ok = fid == pynvml.NVML_FI_DEV_MEMORY_TEMP and "temp_mem" not in g.unsupported
-            out.append(SimpleNamespace(
-                fieldId=fid, valueType=1, value=SimpleNamespace(uiVal=g.temp_mem if ok else 0),
-                nvmlReturn=pynvml.NVML_SUCCESS if ok else pynvml.NVML_ERROR_NOT_SUPPORTED))
+            fn, col, value = _FIELD_SOURCES.get(fid, (None, None, None))
+            ok = fn is not None and fn not in g.unsupported and col not in g.unsupported \
+                and col not in g.refused_fields
+            ret = pynvml.NVML_SUCCESS if ok else pynvml.NVML_ERROR_NOT_SUPPORTED
+            if ok and fn in g.failing:  # a lost GPU fails its field values the same way
+                ret, ok = g.failing[fn], False
+            v = value(g) if ok else 0
+            kind = 1 if v < 2**32 else 3
+            out.append(SimpleNamespace(fieldId=fid, valueType=kind, nvmlReturn=ret,
+                                       value=SimpleNamespace(uiVal=v if kind == 1 else 0, ullVal=v)))
         return out
 
     def nvmlDeviceGetPowerUsage(self, h):
@@ -194,3 +207,28 @@ class FakeNvml:
                 argv, 255, "", f"GPU 00000000:{0x18 + i:02X}:00.0 is currently in use by another process.")
         self.resets[i] += 1
         return subprocess.CompletedProcess(argv, 0, f"GPU 00000000:{0x18 + i:02X}:00.0 was successfully reset.", "")
+
+
+#: field id → (per-function NVML call it mirrors, column, reading) for ``nvmlDeviceGetFieldValues``
+_FIELD_SOURCES = {
+    pynvml.NVML_FI_DEV_MEMORY_TEMP: ("temp_mem", "temp_mem_c", lambda g: g.temp_mem),
+    pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: ("nvmlDeviceGetPowerManagementLimit", "power_limit_w",
+                                             lambda g: g.power_limit_mw),
+    pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: ("nvmlDeviceGetViolationStatus", "thermal_violation_us",
+                                             lambda g: g.viol_thermal_ns),
+    pynvml.NVML_FI_DEV_PERF_POLICY_POWER: ("nvmlDeviceGetViolationStatus", "power_violation_us",
+                                           lambda g: g.viol_power_ns),
+    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: ("nvmlDeviceGetTotalEccErrors", "ecc_sbe_vol", lambda g: g.ecc[(0, 0)]),
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("nvmlDeviceGetTotalEccErrors", "ecc_dbe_vol", lambda g: g.ecc[(1, 0)]),
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: ("nvmlDeviceGetTotalEccErrors", "ecc_sbe_agg", lambda g: g.ecc[(0, 1)]),
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: ("nvmlDeviceGetTotalEccErrors", "ecc_dbe_agg", lambda g: g.ecc[(1, 1)]),
+    pynvml.NVML_FI_DEV_RETIRED_SBE: ("nvmlDeviceGetRetiredPages", "retired_pages_sbe", lambda g: len(g.retired_sbe)),
+    pynvml.NVML_FI_DEV_RETIRED_DBE: ("nvmlDeviceGetRetiredPages", "retired_pages_dbe", lambda g: len(g.retired_dbe)),
+    pynvml.NVML_FI_DEV_RETIRED_PENDING: ("nvmlDeviceGetRetiredPagesPendingStatus", "retired_pages_pending",
+                                         lambda g: g.retired_pending),
+    pynvml.NVML_FI_DEV_REMAPPED_COR: ("nvmlDeviceGetRemappedRows", "remapped_rows_corr", lambda g: g.remapped[0]),
+    pynvml.NVML_FI_DEV_REMAPPED_UNC: ("nvmlDeviceGetRemappedRows", "remapped_rows_uncorr", lambda g: g.remapped[1]),
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING: ("nvmlDeviceGetRemappedRows", "row_remap_pending", lambda g: g.remapped[2]),
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE: ("nvmlDeviceGetRemappedRows", "row_remap_failure", lambda g: g.remapped[3]),
+    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: ("nvmlDeviceGetPcieReplayCounter", "pcie_replay", lambda g: g.pcie_replay),
+}

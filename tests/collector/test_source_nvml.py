@@ -82,6 +82,67 @@ def test_other_nvml_error_nulls_the_field_is_counted_and_retried() -> None:
     assert src.sample(4.0).gpu[0]["power_w"] == pytest.approx(631.95)
 
 
+class PerFunctionNvmlSource(NvmlSource):
+    """Reads every column through its own NVML function (what the source did before batching)."""
+
+    fields = ()
+
+
+def test_counters_come_from_one_field_values_call_per_gpu_not_one_call_each() -> None:
+    src, fake = _source([FakeGpu(), FakeGpu()])
+    for t in range(3):
+        src.sample(float(t))
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 6
+    for fn in ("nvmlDeviceGetViolationStatus", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows",
+               "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetPowerManagementLimit"):
+        assert fake.calls.get(fn, 0) == 0, fn
+
+
+@pytest.mark.parametrize("gpu", [
+    FakeGpu(),
+    FakeGpu(ecc={(0, 0): 2**33 + 5, (1, 0): 4, (0, 1): 2**40, (1, 1): 9}, viol_power_ns=29_859_953_728,
+            retired_pending=1, remapped=(6, 2, 1, 1), pcie_replay=123456, power_limit_mw=612345),
+    FakeGpu(unsupported={"nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPagesPendingStatus", "temp_mem"}),
+], ids=["h100-like", "large-counters", "hopper-no-retirement"])
+def test_batched_row_equals_the_row_read_function_by_function(gpu: FakeGpu) -> None:
+    batched = NvmlSource(node="n", nvml=FakeNvml([gpu])).sample(1.0).gpu[0]
+    legacy_fake = FakeNvml([gpu])
+    legacy = PerFunctionNvmlSource(node="n", nvml=legacy_fake).sample(1.0).gpu[0]
+    assert legacy_fake.calls.get("nvmlDeviceGetViolationStatus", 0) == 2  # really the other path
+    assert batched == legacy
+
+
+def test_a_field_id_the_driver_refuses_is_read_through_its_own_function_from_then_on() -> None:
+    src, fake = _source([FakeGpu(refused_fields={"power_limit_w", "pcie_replay"})])
+    rows = [src.sample(float(t)).gpu[0] for t in range(3)]
+    assert all(r["power_limit_w"] == 700.0 and r["pcie_replay"] == 7 for r in rows)
+    assert fake.calls["nvmlDeviceGetPowerManagementLimit"] == 3
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 3  # still one batched call per tick for the rest
+    assert fake.calls.get("nvmlDeviceGetViolationStatus", 0) == 0
+    assert src.field_errors == {}
+
+
+def test_a_driver_without_field_values_reads_every_column_through_its_own_function() -> None:
+    src, fake = _source([FakeGpu(unsupported={"nvmlDeviceGetFieldValues"})])
+    r = src.sample(0.0).gpu[0]
+    src.sample(1.0)
+    assert r["power_violation_us"] == 3_500_000.0 and r["ecc_sbe_agg"] == 120 and r["remapped_rows_corr"] == 2
+    assert r["temp_mem_c"] is None  # HBM temperature exists only as a field value
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 2  # the batch once, the HBM temperature once
+    assert src.field_errors == {}
+
+
+def test_a_lost_gpu_nulls_its_batched_fields_counts_them_and_retries_them() -> None:
+    gpu = FakeGpu(failing={"nvmlDeviceGetTotalEccErrors": pynvml.NVML_ERROR_GPU_IS_LOST})
+    src, fake = _source([gpu])
+    for t in range(2):
+        r = src.sample(float(t)).gpu[0]
+    assert r["ecc_sbe_vol"] is None and r["ecc_dbe_agg"] is None and r["pcie_replay"] == 7
+    assert src.field_errors["ecc_sbe_vol"] == 2 and fake.calls.get("nvmlDeviceGetTotalEccErrors", 0) == 0
+    gpu.failing.clear()
+    assert src.sample(2.0).gpu[0]["ecc_sbe_vol"] == 3
+
+
 def test_missing_nvml_library_raises_one_permanent_error_naming_it() -> None:
     with pytest.raises(NvmlUnavailableError) as err:
         NvmlSource(node="n1", nvml=FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
