@@ -18,7 +18,11 @@ It writes into DIR:
   through the load and a training-like on/off pattern to SIGTERM with its steady-state CPU
   time, then the kernel-log source;
 - ``agent_rows.jsonl``  what that 1 s agent run printed (one JSON record per line);
-- ``smi_q.txt``    ``nvidia-smi -q`` as the driver reports the GPU (``--smi-q``).
+- ``smi_q.txt``    ``nvidia-smi -q`` as the driver reports the GPU (``--smi-q``);
+- ``reset_safety.json``  the agent's GPU-reset check (``--steps reset``): what
+  ``nvmlDeviceGetComputeRunningProcesses`` lists with the GPU idle and with a CUDA process on
+  it, and what the command handler answers a signed reset command each time. The reset itself
+  goes to a recorder, never to ``nvidia-smi --gpu-reset``: the GPU is not reset.
 
 ``--fake`` runs the same steps on the test suite's fake NVML (no GPU, no nvidia-smi), so the
 script can be checked anywhere before spending GPU time on it. Each step is guarded: a failing
@@ -404,6 +408,56 @@ def pattern(run: Run, cycles: int) -> None:
     time.sleep(20)
 
 
+def reset_safety(run: Run) -> None:
+    """Would the agent reset a GPU a job is using? Real NVML process list, recorded (not run) reset."""
+    import uuid
+
+    from collector.command_handler import CommandHandler
+    from collector.commands import Command, sign
+    from collector.gpu_reset import NvmlGpuOps
+
+    m = run.nvml_module()
+    m.nvmlInit()
+    would_run: list[list[str]] = []
+
+    def recorder(argv: list[str], **_: Any) -> subprocess.CompletedProcess:
+        would_run.append(list(argv))  # never runs nvidia-smi --gpu-reset
+        return subprocess.CompletedProcess(argv, 0, "recorded, not run", "")
+
+    key = b"k" * 32
+    ops = NvmlGpuOps(m, run=recorder)
+    results: list[Any] = []
+    handler = CommandHandler("h200-device", key, ops, time, results.append)
+
+    def command() -> bytes:
+        now = time.time()
+        return sign(Command(id=f"act-{uuid.uuid4().hex[:8]}", verb="gpu_reset", node="h200-device", gpu=0,
+                            issued_at=now, expires_at=now + 300, nonce=uuid.uuid4().hex,
+                            reason="device check: is the GPU idle?"), key)
+
+    out: dict[str, Any] = {"idle_pids": ops.compute_processes(0)}
+    r = handler.handle(command())
+    out["idle_answer"] = [r.status.value, r.detail] if r else None
+    out["idle_would_run"] = list(would_run)
+    would_run.clear()
+    load = subprocess.Popen([sys.executable, "-c", LOAD, "25", "8"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    h = m.nvmlDeviceGetHandleByIndex(0)
+    deadline = time.time() + 90
+    while time.time() < deadline and m.nvmlDeviceGetMemoryInfo(h).used < 6 * 2**30:
+        time.sleep(0.5)
+    out["load_pid"] = load.pid
+    out["busy_pids"] = ops.compute_processes(0)
+    out["busy_smi_compute_apps"] = run.smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv")
+    r = handler.handle(command())
+    out["busy_answer"] = [r.status.value, r.detail] if r else None
+    out["busy_would_run"] = list(would_run)
+    load.communicate(timeout=120)
+    out["after_pids"] = ops.compute_processes(0)
+    (run.out / "reset_safety.json").write_text(json.dumps(out, indent=1))
+    run.say(f"reset safety: {json.dumps(out)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -411,10 +465,14 @@ def main() -> int:
     ap.add_argument("--load-gib", type=float, default=40.0, help="GPU memory the load holds")
     ap.add_argument("--cycles", type=int, default=5, help="30 s on/off cycles after the load")
     ap.add_argument("--smi-q", action="store_true", help="also save nvidia-smi -q")
+    ap.add_argument("--steps", default="all", help="'all' (default) or 'reset' (only the reset-safety check)")
     ap.add_argument("--fake", action="store_true", help="use the tests' fake NVML (no GPU needed)")
     a = ap.parse_args()
     run = Run(a.out, a.fake)
     run.step("facts", lambda: facts(run))
+    if a.steps == "reset":
+        run.step("reset safety", lambda: reset_safety(run))
+        return 0
     if a.smi_q:
         run.step("smi -q", lambda: (a.out / "smi_q.txt").write_text(run.smi("-q")))
     agent = None if a.fake else AgentRun(run)
