@@ -9,8 +9,11 @@ taken (an operator's too, marked not automatic: only gpuops' own count against i
 limits), and the members of facility events, which the breaker counts though they are
 not drained. An escalation (an action on a node gpuops already held, ``ActionRecord.escalates``)
 is the same incident going further: it counts towards the rate cap (a reset disrupts too)
-but not as a second take-out towards the lemon limit. Plain bookkeeping: times come in with
-each call.
+but not as a second take-out towards the lemon limit, *provided* the take-out it escalates is
+counted. If that hold was rejected after the escalation was approved (a person turned down the
+pending drain, and a restart reads back only the escalation), the escalation is the node's
+take-out and counts as one. Otherwise a restart would count no take-out for a node gpuops did
+take out. Plain bookkeeping: times come in with each call.
 """
 
 from __future__ import annotations
@@ -68,11 +71,12 @@ class RecentActions:
         auto = [p for p in self.past if p.automatic]
         last: dict[str, float] = {}
         lemons: dict[str, int] = {}
-        for p in auto:
+        for p in sorted(auto, key=lambda p: p.created_at):
             if p.kind is ActionKind.RESUME:
                 continue
             last[p.node] = max(last.get(p.node, 0.0), p.created_at)
-            if now - p.created_at < cfg.lemon_window_s and p.kind.holds_node and not p.escalates:
+            # an escalation adds no take-out to one already counted for its node, and is one when none is
+            if now - p.created_at < cfg.lemon_window_s and p.kind.holds_node and not (p.escalates and p.node in lemons):
                 lemons[p.node] = lemons.get(p.node, 0) + 1
         return Snapshot(
             now=now, fleet_size=fleet_size, held=held, partition_of=partition_of, partition_size=partition_size,

@@ -45,3 +45,33 @@ def test_an_escalation_counts_towards_the_rate_cap_but_is_not_a_second_take_out(
     recent.load([_drain("a", 0.0), replace(_drain("a", 100.0), kind=ActionKind.RESET, escalates=True)])
     snap = _snap(recent, 200.0)
     assert snap.recent_holds == {"a": 1} and snap.actions_in_window == 2
+
+
+def test_an_escalation_whose_hold_was_rejected_is_the_nodes_take_out_after_a_restart():
+    """A person turned down the pending drain after gpuops' reset escalated it: the store keeps
+    the drain rejected and the reset as an escalation; the reset still took the node out."""
+    from dataclasses import replace
+
+    rejected = replace(_drain("a", 0.0), state=ActionState.REJECTED)
+    reset = replace(_drain("a", 100.0), kind=ActionKind.RESET, escalates=True)
+    recent = RecentActions()
+    recent.load([rejected, reset])
+    assert _snap(recent, 200.0).recent_holds == {"a": 1}
+    live = RecentActions()                       # the engine that ran them counted the drain when proposed
+    live.add(_drain("a", 0.0), automatic=True)
+    live.add(reset, automatic=True)
+    assert _snap(live, 200.0).recent_holds == {"a": 1}  # the same count before and after the restart
+
+
+def test_an_escalation_counts_once_however_the_records_are_ordered_and_only_within_the_lemon_window():
+    from dataclasses import replace
+
+    week = CFG.lemon_window_s
+    reset = replace(_drain("a", 100.0), kind=ActionKind.RESET, escalates=True)
+    recent = RecentActions()
+    recent.load([reset, _drain("a", 0.0)])        # store order is not time order
+    assert _snap(recent, 200.0).recent_holds == {"a": 1}
+    recent = RecentActions()
+    recent.load([_drain("a", 0.0), replace(reset, created_at=week + 50.0)])
+    # the drain has left the lemon window: the escalation, still in it, is what remains of the take-out
+    assert _snap(recent, week + 60.0).recent_holds == {"a": 1}
