@@ -22,7 +22,11 @@ It writes into DIR:
 - ``reset_safety.json``  the agent's GPU-reset check (``--steps reset``): what
   ``nvmlDeviceGetComputeRunningProcesses`` lists with the GPU idle and with a CUDA process on
   it, and what the command handler answers a signed reset command each time. The reset itself
-  goes to a recorder, never to ``nvidia-smi --gpu-reset``: the GPU is not reset.
+  goes to a recorder, never to ``nvidia-smi --gpu-reset``: the GPU is not reset;
+- ``xid.json``     (``--steps xid``) a real application XID end to end: a CUDA kernel writes
+  through a bad pointer (the driver kills that context: an MMU fault, XID 31, RESTART_APP in
+  NVIDIA's catalogue; nothing is reset), the agent follows ``/dev/kmsg`` meanwhile, and the
+  file holds the kernel's NVRM lines, the agent's events and whether the GPU still computes.
 
 ``--fake`` runs the same steps on the test suite's fake NVML (no GPU, no nvidia-smi), so the
 script can be checked anywhere before spending GPU time on it. Each step is guarded: a failing
@@ -458,6 +462,50 @@ def reset_safety(run: Run) -> None:
     run.say(f"reset safety: {json.dumps(out)}")
 
 
+BAD_POINTER = """
+import cupy as cp
+k = cp.RawKernel(r'''extern "C" __global__ void bad(int* p) { p[threadIdx.x * 1024] = 1; }''', "bad")
+try:
+    k((1,), (32,), (cp.uint64(0x10),))
+    cp.cuda.runtime.deviceSynchronize()
+    print("no fault")
+except Exception as e:
+    print("fault:", type(e).__name__, e)
+"""
+
+CHECK = """
+import torch
+a = torch.randn(4096, 4096, device="cuda")
+print("matmul after the fault:", float((a @ a).abs().sum()) > 0)
+"""
+
+
+def xid(run: Run) -> None:
+    """An application XID on the real GPU, through the agent's kernel-log source (nothing reset)."""
+    agent = AgentRun(run)
+    agent.rows = (run.out / "agent_rows.jsonl").open("w")
+    agent.proc = subprocess.Popen([*agent.cli, "--sources", "kmsg,nvml", "--interval", "1"], stdout=agent.rows,
+                                  stderr=subprocess.PIPE, text=True, cwd=ROOT, env=agent.env)
+    time.sleep(8)
+    fault = subprocess.run([sys.executable, "-c", BAD_POINTER], capture_output=True, text=True, timeout=120)
+    time.sleep(6)
+    agent.proc.send_signal(signal.SIGTERM)
+    _, err = agent.proc.communicate(timeout=60)
+    agent.rows.close()
+    events = [json.loads(line) for line in (run.out / "agent_rows.jsonl").open() if '"type":"event"' in line
+              or '"type": "event"' in line]
+    dmesg = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=30)
+    nvrm = [line for line in dmesg.stdout.splitlines() if "NVRM" in line or "Xid" in line]
+    check = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=120)
+    out = {"fault_process": (fault.stdout + fault.stderr)[-2000:], "agent_events": events,
+           "agent_stderr": err[-3000:], "dmesg_rc": dmesg.returncode, "dmesg_nvrm_lines": nvrm[-50:],
+           "dmesg_stderr": dmesg.stderr[-500:], "after": (check.stdout + check.stderr)[-1000:],
+           "smi_after": run.smi("--query-gpu=index,pci.bus_id,clocks_event_reasons.active",
+                                "--format=csv")}
+    (run.out / "xid.json").write_text(json.dumps(out, indent=1))
+    run.say(f"xid: {json.dumps(out)[:3000]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -465,13 +513,16 @@ def main() -> int:
     ap.add_argument("--load-gib", type=float, default=40.0, help="GPU memory the load holds")
     ap.add_argument("--cycles", type=int, default=5, help="30 s on/off cycles after the load")
     ap.add_argument("--smi-q", action="store_true", help="also save nvidia-smi -q")
-    ap.add_argument("--steps", default="all", help="'all' (default) or 'reset' (only the reset-safety check)")
+    ap.add_argument("--steps", default="all", help="'all' (default), 'reset' (the reset-safety check) or 'xid' (an application XID)")
     ap.add_argument("--fake", action="store_true", help="use the tests' fake NVML (no GPU needed)")
     a = ap.parse_args()
     run = Run(a.out, a.fake)
     run.step("facts", lambda: facts(run))
     if a.steps == "reset":
         run.step("reset safety", lambda: reset_safety(run))
+        return 0
+    if a.steps == "xid":
+        run.step("xid", lambda: xid(run))
         return 0
     if a.smi_q:
         run.step("smi -q", lambda: (a.out / "smi_q.txt").write_text(run.smi("-q")))

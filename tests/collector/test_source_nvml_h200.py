@@ -122,3 +122,41 @@ def test_the_source_agrees_with_nvidia_smi_on_the_same_h200(recorded) -> None:
                 assert got == pytest.approx(want, abs=tol), (smi["phase"], field)
         if smi["phase"] != "load":  # steady: the clock-event reasons read the same bits
             assert row["throttle_reasons"] == _num(smi["clocks_event_reasons.active"])
+
+
+def _xid_lines() -> list[str]:
+    return [line for line in (DATA / "xid31.txt").read_text().splitlines() if line and not line.startswith("#")]
+
+
+def test_a_real_h200_application_xid_is_read_for_gpu_0_and_takes_no_action(tmp_path, recorded) -> None:
+    """XID 31 (an MMU fault: the job's bad pointer) from driver 580, as /dev/kmsg and dmesg wrote it:
+    the kernel-log source gives GPU 0 through the bus id NVML reported, and no rule acts on it."""
+    import pandas as pd
+
+    from collector.sources.kmsg import KmsgSource
+    from collector.xid import class_of
+    from models.bundle import ModelBundle
+    from pipeline.stream import FeaturePipeline
+
+    by_pci = NvmlSource(node="h200-device", nvml=TapeNvml(DATA / "tape.json.gz")).gpu_index_by_pci()
+    assert by_pci == {"0000:00:06": 0}
+    kmsg_line, dmesg_line = _xid_lines()
+    boot = recorded[20]["ts"] - 38.915516  # the fault lands among the recorded rows
+    log = tmp_path / "kmsg"
+    log.write_text("")
+    ev = KmsgSource("h200-device", log, boot_ts=boot, gpu_index_by_pci=by_pci).event(kmsg_line, now=0.0)
+    same = KmsgSource("h200-device", log, gpu_index_by_pci=by_pci).event(dmesg_line, now=0.0)
+    assert (ev["kind"], ev["code"], ev["gpu"], ev["pci_bus_id"]) == ("xid", 31, 0, "0000:00:06")
+    assert (same["code"], same["gpu"]) == (31, 0) and validate_record(ev, RecordType.EVENT) is None
+    assert ev["ts"] == pytest.approx(recorded[20]["ts"])
+    assert class_of(31).name == "app" and class_of(31).action.value == "none"
+
+    gpu = pd.DataFrame([{k: v for k, v in r.items() if k != "phase"} for r in recorded])
+    pipe = FeaturePipeline()
+    pipe.ingest_frames(gpu, None, pd.DataFrame([ev]))
+    batches = [b for b in pipe.flush() if len(b)]
+    rules = ModelBundle.rules_only()
+    seen = [b for b in batches if b.x[:, b.names.index("xid_app_count_short")].max() >= 1]
+    assert seen, "the XID reached no tick's features"
+    for b in batches:
+        assert (rules.score(b.x).rule == -1).all()  # the job's fault: nothing acts on the node
