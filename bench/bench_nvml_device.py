@@ -26,7 +26,10 @@ It writes into DIR:
 - ``xid.json``     (``--steps xid``) a real application XID end to end: a CUDA kernel writes
   through a bad pointer (the driver kills that context: an MMU fault, XID 31, RESTART_APP in
   NVIDIA's catalogue; nothing is reset), the agent follows ``/dev/kmsg`` meanwhile, and the
-  file holds the kernel's NVRM lines, the agent's events and whether the GPU still computes.
+  file holds the kernel's NVRM lines, the agent's events and whether the GPU still computes;
+- ``fields.json``  (``--steps fields``) which NVML field ids this driver serves beside the ones the
+  source batches: the per-reason clock-event times (the exact time each throttle reason held
+  the clocks, whatever the sampling interval), NVLink totals, power averages; idle and under load.
 
 ``--fake`` runs the same steps on the test suite's fake NVML (no GPU, no nvidia-smi), so the
 script can be checked anywhere before spending GPU time on it. Each step is guarded: a failing
@@ -506,6 +509,41 @@ def xid(run: Run) -> None:
     run.say(f"xid: {json.dumps(out)[:3000]}")
 
 
+#: field ids worth knowing about for later columns: (name, NVML constant)
+PROBE_FIELDS = ("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST",
+                "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
+                "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN", "NVML_FI_DEV_PERF_POLICY_THERMAL",
+                "NVML_FI_DEV_PERF_POLICY_POWER", "NVML_FI_DEV_POWER_AVERAGE", "NVML_FI_DEV_POWER_INSTANT",
+                "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+                "NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER", "NVML_FI_DEV_MEMORY_TEMP")
+
+
+def fields(run: Run) -> None:
+    """Which field ids the driver serves, idle and at the end of a 20 s load."""
+    from collector.sources.nvml import _value_of
+
+    m = run.nvml_module()
+    m.nvmlInit()
+    h = m.nvmlDeviceGetHandleByIndex(0)
+    names = [n for n in PROBE_FIELDS if hasattr(m, n)]
+
+    def read() -> dict[str, Any]:
+        vals = m.nvmlDeviceGetFieldValues(h, [getattr(m, n) for n in names])
+        return {n: (float(_value_of(v)) if v.nvmlReturn == m.NVML_SUCCESS else f"error {v.nvmlReturn}")
+                for n, v in zip(names, vals)}
+
+    out: dict[str, Any] = {"idle": read(), "t_idle": time.time()}
+    load = subprocess.Popen([sys.executable, "-c", LOAD, "20", "4"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    time.sleep(17)
+    out["loaded"], out["t_loaded"] = read(), time.time()
+    out["throttle_loaded"] = int(m.nvmlDeviceGetCurrentClocksEventReasons(h))
+    load.communicate(timeout=120)
+    (run.out / "fields.json").write_text(json.dumps(out, indent=1))
+    run.say(f"fields: {json.dumps(out)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -513,7 +551,8 @@ def main() -> int:
     ap.add_argument("--load-gib", type=float, default=40.0, help="GPU memory the load holds")
     ap.add_argument("--cycles", type=int, default=5, help="30 s on/off cycles after the load")
     ap.add_argument("--smi-q", action="store_true", help="also save nvidia-smi -q")
-    ap.add_argument("--steps", default="all", help="'all' (default), 'reset' (the reset-safety check) or 'xid' (an application XID)")
+    ap.add_argument("--steps", default="all", help="'all' (default), 'reset' (the reset-safety check), 'xid' (an application XID) "
+                    "or 'fields' (which field ids the driver serves)")
     ap.add_argument("--fake", action="store_true", help="use the tests' fake NVML (no GPU needed)")
     a = ap.parse_args()
     run = Run(a.out, a.fake)
@@ -523,6 +562,9 @@ def main() -> int:
         return 0
     if a.steps == "xid":
         run.step("xid", lambda: xid(run))
+        return 0
+    if a.steps == "fields":
+        run.step("fields", lambda: fields(run))
         return 0
     if a.smi_q:
         run.step("smi -q", lambda: (a.out / "smi_q.txt").write_text(run.smi("-q")))
