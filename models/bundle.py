@@ -60,9 +60,12 @@ class ScoreBatch:
     rule: np.ndarray         # index of the rule that fired, -1 if none, (R,)
     rule_fault: np.ndarray   # fault class index of that rule, (R,)
     anomaly: np.ndarray      # calibrated anomaly level in [0, 1], (R,)
+    #: index of the rule whose condition held but a veto stopped (a shared cause), -1 if none, (R,)
+    rule_vetoed: np.ndarray | None = None
 
     def take(self, idx: np.ndarray) -> "ScoreBatch":
-        return ScoreBatch(*(a[idx] for a in (self.p_fail, self.fault, self.rule, self.rule_fault, self.anomaly)))
+        return ScoreBatch(*(a[idx] for a in (self.p_fail, self.fault, self.rule, self.rule_fault, self.anomaly)),
+                          rule_vetoed=None if self.rule_vetoed is None else self.rule_vetoed[idx])
 
 
 @dataclass
@@ -102,7 +105,7 @@ class ModelBundle:
         else:
             p, fault = np.zeros(n, np.float32), np.zeros(n, np.int8)
         a = self.anomaly.score(x).p if self.anomaly is not None else np.zeros(n, np.float32)
-        return ScoreBatch(p, fault, r.detail["rule"], r.fault, a)
+        return ScoreBatch(p, fault, r.detail["rule"], r.fault, a, rule_vetoed=r.detail.get("vetoed"))
 
     # ------------------------------------------------------------------ persistence
 

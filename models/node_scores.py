@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from collector.schema import FaultClass
+from collector.schema import Action, FaultClass
 from pipeline.batch import FeatureBatch
 
 from .base import CLASSES
@@ -48,6 +48,10 @@ class NodeScores:
     #: whether the GPU with the highest p_fail logged corrected ECC errors in the short window; True also where
     #: its counter is missing (unknown is not quiet); None: not known for any node
     sbe_now: np.ndarray | None = None
+    #: per node: an acting rule's condition holds on it but a veto stops the rule (a shared cause, such as
+    #: another node braking too). Not a reason for a new action; evidence still present on a node gpuops
+    #: holds (PolicyConfig.vetoed_rule_keeps_hold). None: not known for any node
+    rule_vetoed: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.node)
@@ -55,6 +59,10 @@ class NodeScores:
     def is_cold(self, i: int) -> bool:
         """Whether node *i* was scored from a window still filling (see ``cold``)."""
         return self.cold is not None and bool(self.cold[i])
+
+    def has_vetoed_rule(self, i: int) -> bool:
+        """Whether an acting rule's condition holds on node *i* but a veto stops it (see ``rule_vetoed``)."""
+        return self.rule_vetoed is not None and bool(self.rule_vetoed[i])
 
     def fault_class(self, i: int) -> FaultClass | None:
         """The model's fault class for node *i* (None when the models name none)."""
@@ -113,6 +121,11 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     on_node = np.array([r.on_node for r in rules.rules] + [False])
     rule_gpu = np.where(on_node[rule], -1, batch.gpu[rule_row]).astype(int)  # evidence naming no GPU: the node
     sbe = ~(batch.column(SBE_NOW)[row] <= 0) if SBE_NOW in batch.names else None  # NaN (no counter): True
+    vetoed = None
+    if scores.rule_vetoed is not None:
+        acting = np.array([r.action in (Action.DRAIN, Action.RESET, Action.REQUEUE) for r in rules.rules] + [False])
+        vetoed = np.maximum.reduceat(acting[scores.rule_vetoed].astype(np.int8), starts) > 0
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
-                      actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe)
+                      actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe,
+                      rule_vetoed=vetoed)

@@ -209,22 +209,29 @@ class RulesDetector(Detector):
         return None
 
     def _score(self, x: np.ndarray) -> DetectorOutput:
+        """``detail["rule"]``: the highest-priority rule that fires (-1: none); ``detail["vetoed"]``: the
+        highest-priority rule whose condition holds but a veto (``unless_at_least``) stops it (-1: none)."""
         n = len(x)
         rule = np.full(n, -1, np.int16)
+        vetoed = np.full(n, -1, np.int16)
         for k in range(len(self.rules) - 1, -1, -1):  # last assignment wins: iterate lowest priority first
             hit = self.rules[k].fires(x[:, self._cols[k]])
             with np.errstate(invalid="ignore"):
                 for col, t in self._requires[k]:
                     hit &= x[:, col] > t
-                for col, t in self._vetoes[k]:
-                    hit &= ~(x[:, col] >= t)
+                if self._vetoes[k]:
+                    veto = np.zeros(n, bool)
+                    for col, t in self._vetoes[k]:
+                        veto |= x[:, col] >= t
+                    vetoed[hit & veto] = k
+                    hit &= ~veto
             rule[hit] = k
         fault = np.zeros(n, np.int8)
         hit = rule >= 0
         if hit.any():
             fault_of_rule = np.array([class_index(r.fault) for r in self.rules], np.int8)
             fault[hit] = fault_of_rule[rule[hit]]
-        return DetectorOutput(hit.astype(np.float32), fault, {"rule": rule})
+        return DetectorOutput(hit.astype(np.float32), fault, {"rule": rule, "vetoed": vetoed})
 
     def reason(self, rule_index: int, row: np.ndarray) -> str:
         """The human reason of rule *rule_index* on one feature row."""

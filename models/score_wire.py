@@ -62,6 +62,8 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
     }
     if ns.cold is not None:
         msg["cold"] = np.asarray(ns.cold, bool).tolist()
+    if ns.rule_vetoed is not None:
+        msg["rule_vetoed"] = np.asarray(ns.rule_vetoed, bool).tolist()
     if extra:
         msg.update({k: v for k, v in extra.items() if k not in msg})
     return orjson.dumps(msg)
@@ -94,9 +96,12 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             np.array(m["anomaly"], float), idx,
             None if m.get("anomaly_gpu") is None else np.array(m["anomaly_gpu"], int),
             cold=None if m.get("cold") is None else np.array(m["cold"], bool),
-            sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool))
-        if ns.cold is not None and len(ns.cold) != n:
-            raise ScoresFormatError(f"column 'cold' has {len(ns.cold)} values for {n} nodes")
+            sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool),
+            rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool))
+        for c in ("cold", "rule_vetoed"):  # optional columns: absent (an older scorer) is None, never short
+            v = getattr(ns, c)
+            if v is not None and len(v) != n:
+                raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")
     except ScoresFormatError:
         raise
     except (KeyError, TypeError, ValueError) as e:

@@ -325,7 +325,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                 return replace(ns, held_grade=Grade.CORROBORATED, healthy_since=None), [
                     Decision(now, name, int(s.gpu[i]), action, fault, p, f"{explain(i, 'model')}; corroborated: {why}",
                              "model", Grade.CORROBORATED, follow_up)]
-        healthy = rule < 0 and p < cfg.clear_threshold
+        healthy = rule < 0 and p < cfg.clear_threshold and not (cfg.vetoed_rule_keeps_hold and s.has_vetoed_rule(i))
         since = (ns.healthy_since if ns.healthy_since is not None else now) if healthy else None
         if since is not None and now - ns.held_since >= cfg.min_hold_s and now - since >= cfg.resume_after_s:
             reason = f"healthy for {(now - since) / 60:.0f} min after gpuops took it out"

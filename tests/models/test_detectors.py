@@ -321,3 +321,23 @@ def test_the_shipped_model_carries_the_rules_this_gpuops_defines():
     from models.bundle import load_default
 
     assert load_default().rules.get_state() == RulesDetector(FEATURE_NAMES).get_state()
+
+
+def test_the_rules_say_which_acting_rule_a_veto_stopped_and_a_node_carries_it():
+    from models.node_scores import aggregate
+    from models.bundle import ModelBundle
+    from pipeline.batch import FeatureBatch
+
+    x = quiet_rows(3)
+    brake = dict(throttle_hw_power_brake_frac_short=1.0, throttle_hw_power_brake_frac_long=0.5)
+    for k, v in brake.items():
+        x[0, col(k)] = x[1, col(k)] = v
+    x[0, col("other_nodes_power_brake_short")] = 1          # row 0: another node brakes now, the rule is vetoed
+    det = RulesDetector(FEATURE_NAMES)
+    out = det.score(x).detail
+    k = [r.name for r in det.rules].index("hw_power_brake")
+    assert out["rule"].tolist() == [-1, k, -1] and out["vetoed"].tolist() == [k, -1, -1]
+    batch = FeatureBatch(ts=60.0, node=np.array(["a", "b", "c"], object), gpu=np.array([0, 0, 0]), x=x,
+                         names=FEATURE_NAMES)
+    ns = aggregate(batch, ModelBundle.rules_only().score(x), det)
+    assert ns.rule_vetoed.tolist() == [True, False, False] and ns.rule.tolist() == [-1, k, -1]

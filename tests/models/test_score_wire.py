@@ -19,7 +19,8 @@ def tick() -> NodeScores:
                       np.array([-1, 2, -1]), np.array([-1, 7, -1]), idx, np.array([0, class_index("hbm_ecc"), 0], np.int8),
                       np.array([None, Action.DRAIN, None], object),
                       np.array([None, FollowUp.RESET_WHEN_IDLE, None], object), np.array([0.5, 0.99999, 0.2]), idx,
-                      np.array([3, 7, 0]), sbe_now=np.array([False, True, False]))
+                      np.array([3, 7, 0]), sbe_now=np.array([False, True, False]),
+                      rule_vetoed=np.array([True, False, False]))
 
 
 def test_a_tick_of_scores_and_its_reasons_survive_the_round_trip():
@@ -27,7 +28,7 @@ def test_a_tick_of_scores_and_its_reasons_survive_the_round_trip():
     raw = encode_scores(ns, {"b": {"rule": "row remap pending"}}, worker="w1", rule_names=["x", "y", "remap"])
     back, reasons, msg = decode_scores(raw)
     for f in ("node", "p_fail", "fault", "gpu", "rule", "rule_gpu", "rule_fault", "rule_action", "rule_follow_up",
-              "anomaly", "anomaly_gpu", "sbe_now"):
+              "anomaly", "anomaly_gpu", "sbe_now", "rule_vetoed"):
         assert list(getattr(back, f)) == list(getattr(ns, f)), f
     assert back.ts == 1234.5 and msg["worker"] == "w1" and msg["rule_name"] == [None, "remap", None]
     explain = explain_from(back, reasons)
@@ -44,3 +45,14 @@ def test_a_tick_of_scores_and_its_reasons_survive_the_round_trip():
 def test_an_unreadable_scores_message_says_why(raw, message):
     with pytest.raises(ScoresFormatError, match=message):
         decode_scores(raw)
+
+
+def test_scores_from_a_scorer_that_knows_no_vetoes_read_as_none_and_a_short_column_is_refused():
+    from dataclasses import replace
+
+    back, _, _ = decode_scores(encode_scores(replace(tick(), rule_vetoed=None)))
+    assert back.rule_vetoed is None and not back.has_vetoed_rule(0)
+    msg = orjson.loads(encode_scores(tick()))
+    msg["rule_vetoed"] = [True]
+    with pytest.raises(ScoresFormatError, match="rule_vetoed"):
+        decode_scores(orjson.dumps(msg))

@@ -119,6 +119,25 @@ def test_a_held_node_gets_no_second_action_and_is_resumed_once_healthy():
     assert st.nodes == {}
 
 
+@pytest.mark.parametrize("keeps", [False, True])
+def test_a_held_node_whose_rule_is_only_vetoed_stays_held_when_configured(keeps):
+    """The rule that drained the node still holds on it but a veto (a shared cause) stops it: with
+    vetoed_rule_keeps_hold that is evidence still present, and the node is resumed only once it is gone."""
+    from dataclasses import replace
+
+    cfg = CFG.model_copy(update={"vetoed_rule_keeps_hold": keeps})
+    st = PolicyState()
+    d, st = decide(scores(rule=(4,), rule_fault=("power",), rule_action=(Action.DRAIN,)), st, 0.0, cfg, explain)
+    assert d[0].action is Action.DRAIN
+    actions = []
+    for t in range(60, 2400, 60):
+        vetoed = t < 1200                                    # the veto stops the rule for 20 min, then the brake ends
+        s = replace(scores(p=(0.01,)), rule_vetoed=np.array([vetoed]))
+        d, st = decide(s, st, float(t), cfg, explain)
+        actions += [(x.ts, x.action) for x in d]
+    assert actions == ([(1500.0, Action.RESUME)] if keeps else [(600.0, Action.RESUME)])
+
+
 def test_a_prediction_that_stays_above_the_alert_level_alerts_once():
     st = PolicyState()
     out = []
