@@ -73,6 +73,11 @@ class Action(str, enum.Enum):
         """Actions that take capacity away from the scheduler (scored as catches)."""
         return self in (Action.DRAIN, Action.RESET)
 
+    @property
+    def acts(self) -> bool:
+        """Actions that change the node (drain, reset, requeue), as against telling a person or nothing."""
+        return self in (Action.DRAIN, Action.RESET, Action.REQUEUE)
+
 
 class FollowUp(str, enum.Enum):
     """What a drain leads to once the node's running jobs have ended (§5 "when idle")."""

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from collector.schema import Action, FaultClass
+from collector.schema import FaultClass
 from pipeline.batch import FeatureBatch
 
 from .base import CLASSES
@@ -123,7 +123,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     sbe = ~(batch.column(SBE_NOW)[row] <= 0) if SBE_NOW in batch.names else None  # NaN (no counter): True
     vetoed = None
     if scores.rule_vetoed is not None:
-        acting = np.array([r.action in (Action.DRAIN, Action.RESET, Action.REQUEUE) for r in rules.rules] + [False])
+        acting = np.array([r.action.acts for r in rules.rules] + [False])
         vetoed = np.maximum.reduceat(acting[scores.rule_vetoed].astype(np.int8), starts) > 0
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],

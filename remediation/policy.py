@@ -64,7 +64,7 @@ from .config import PolicyConfig
 Explain = Callable[[int, str], str]
 
 #: actions that change what the scheduler may do with a node
-_ACTING = (Action.DRAIN, Action.RESET, Action.REQUEUE)
+_ACTING = tuple(a for a in Action if a.acts)
 #: the least disruptive action that protects the next job: all a prediction alone may do
 PREDICTION_ALONE = Action.DRAIN
 #: holds taken on a prediction: certain evidence arriving later upgrades them to the rule's remedy
