@@ -45,9 +45,10 @@ class TapeNvml:
         return lambda *args, **kwargs: self._answer(name, args, kwargs)
 
     def unanswered(self) -> dict[str, int]:
-        """Recorded answers nobody asked for: call → how many (empty when replay matched)."""
+        """Per call, recorded answers nobody asked for (> 0) or calls made past the recording (< 0);
+        empty when the replay asked exactly what the recorded GPU was asked."""
         left = {k: sum(n for _, n in runs) - self._at[k] for k, runs in self._runs.items()}
-        return {k: n for k, n in left.items() if n > 0}
+        return {k: n for k, n in left.items() if n != 0}
 
     def _answer(self, name: str, args: tuple, kwargs: dict) -> Any:
         norm = [f"h{a.index}" if isinstance(a, Handle) else a for a in args]
