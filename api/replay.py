@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 from api.replay_maintenance import MaintenanceSchedule, Suppressed, by_cause
 from collector.recording import RecordingError, RecordingWindow, open_recording
 from collector.schema import RecordType
-from models.bundle import ModelBundle
+from models.bundle import ModelBundle, ScoreBatch
 from models.explainer import Explainer
 from models.node_scores import aggregate, score_batches
 from pipeline.batch import FeatureBatch
@@ -120,7 +120,8 @@ class Replayer:
     """Pushes recordings through pipeline, models and policy (dry run, telemetry time)."""
 
     def __init__(self, bundle: ModelBundle, policy: PolicyConfig, pipeline: PipelineSettings | None = None,
-                 score_rows: int = 10_000, engine: tuple[Engine, TelemetryClock] | None = None):
+                 score_rows: int = 10_000, engine: tuple[Engine, TelemetryClock] | None = None,
+                 observe: Callable[[FeatureBatch, ScoreBatch], None] | None = None):
         self.bundle = bundle
         self.policy = engine[0].policy if engine is not None else policy
         #: when given, the model policy's decisions are the engine's (safety, store, dry-run adapter)
@@ -131,6 +132,9 @@ class Replayer:
         self.clock = StageClock()
         self.explainer = Explainer(bundle)
         self.maintenance = MaintenanceSchedule()
+        #: called with every scored tick's features and scores, in time order (benches read them here
+        #: instead of running the pipeline a second time)
+        self.observe = observe
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
@@ -188,7 +192,8 @@ class Replayer:
 
     def _decide(self, batches: list[FeatureBatch], states: list[PolicyState], result: ReplayResult) -> None:
         c = time.process_time()
-        scored = [(b, aggregate(b, s, self.bundle.rules)) for b, s in zip(batches, score_batches(self.bundle, batches))]
+        scores = score_batches(self.bundle, batches)
+        scored = [(b, aggregate(b, s, self.bundle.rules)) for b, s in zip(batches, scores)]
         c1 = time.process_time()
         self.clock.cpu["scoring"] += c1 - c
         maint = self.maintenance
@@ -210,6 +215,9 @@ class Replayer:
                 out.extend(d)
                 held_back.extend(held)
         self.clock.cpu["policy"] += time.process_time() - c1
+        if self.observe is not None:
+            for b, s in zip(batches, scores):
+                self.observe(b, s)
 
 def from_first_gpu_sample(windows: Iterable[RecordingWindow], cadence_s: float, skipped: Counter[str],
                           where: Path | str = "recording") -> Iterator[RecordingWindow]:

@@ -33,7 +33,6 @@ import os
 import shutil
 import sys
 import time
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,15 +46,11 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from api.replay import READ_WINDOW_S, from_first_gpu_sample  # noqa: E402
 from bench_detection import cached_recording  # noqa: E402
 from bench_robustness import _f, _one  # noqa: E402  (one replay, scored as the judged suite is)
-from collector.recording import open_recording  # noqa: E402
 from collector.simulator import SimConfig, TRAINING, draw_world, world_config  # noqa: E402
-from models.bundle import ModelBundle, default_model_path  # noqa: E402
-from pipeline.frames import RECORDING_COLUMNS  # noqa: E402
-from pipeline.settings import PipelineSettings  # noqa: E402
-from pipeline.stream import FeaturePipeline  # noqa: E402
+from models.bundle import ModelBundle, ScoreBatch, default_model_path  # noqa: E402
+from pipeline.batch import FeatureBatch  # noqa: E402
 
 BASE_INTERVAL_S = 5.0
 
@@ -106,31 +101,31 @@ def thinned(base: Path, k: int) -> Path:
     return out
 
 
-def healthy_features(path: Path, bundle: ModelBundle, healthy_nodes: set[str]) -> dict:
-    """Per (tick, node, gpu) of healthy nodes: the model's inputs and its scores."""
-    rec = open_recording(path)
-    settings = PipelineSettings()
-    pipe = FeaturePipeline(settings)
-    cad = settings.cadence_s
-    window_s = max(1, round(READ_WINDOW_S / cad)) * cad
-    windows = from_first_gpu_sample(rec.iter_windows(window_s, align=cad, columns=RECORDING_COLUMNS), cad,
-                                    Counter(), rec.path)  # the ticks a replay scores
-    healthy = np.array(sorted(healthy_nodes), dtype=object)
-    inputs = list(bundle.classifier.inputs) if bundle.classifier is not None else []
-    cols = [bundle.feature_names.index(n) for n in inputs]
-    keys, xs, ps, anos = [], [], [], []
-    for batch in pipe.replay(windows):
-        keep = np.isin(batch.node, healthy)
+class HealthyFeatures:
+    """Collects, from a replay's scored ticks (``Replayer(observe=...)``), the model's inputs and scores
+    of the GPUs on healthy nodes, per (tick, node, gpu): what the drift table compares."""
+
+    def __init__(self, bundle: ModelBundle, healthy_nodes: set[str]) -> None:
+        self.healthy = np.array(sorted(healthy_nodes), dtype=object)
+        self.names = list(bundle.classifier.inputs) if bundle.classifier is not None else []
+        self.cols = [bundle.feature_names.index(n) for n in self.names]
+        self.keys: list[tuple[float, str, int]] = []
+        self.xs: list[np.ndarray] = []
+        self.ps: list[np.ndarray] = []
+        self.anos: list[np.ndarray] = []
+
+    def __call__(self, batch: FeatureBatch, scores: ScoreBatch) -> None:
+        keep = np.isin(batch.node, self.healthy)
         if not keep.any():
-            continue
-        x = batch.x[keep]
-        s = bundle.score(x)
-        keys.extend(zip([batch.ts] * len(x), batch.node[keep], batch.gpu[keep].tolist()))
-        xs.append(x[:, cols])
-        ps.append(s.p_fail)
-        anos.append(s.anomaly)
-    return {"keys": keys, "x": np.vstack(xs), "p": np.concatenate(ps), "anomaly": np.concatenate(anos),
-            "names": inputs}
+            return
+        self.keys.extend(zip([batch.ts] * int(keep.sum()), batch.node[keep], batch.gpu[keep].tolist()))
+        self.xs.append(batch.x[keep][:, self.cols])
+        self.ps.append(scores.p_fail[keep])
+        self.anos.append(scores.anomaly[keep])
+
+    def result(self) -> dict:
+        return {"keys": self.keys, "x": np.vstack(self.xs), "p": np.concatenate(self.ps),
+                "anomaly": np.concatenate(self.anos), "names": self.names}
 
 
 def drift(a: dict, b: dict, top: int) -> tuple[list[tuple[str, float, float, float]], int]:
@@ -178,8 +173,9 @@ def main() -> None:
     rows, feats = [], {}
     for k, p in paths.items():
         t = time.perf_counter()
-        m = _one(("resample", f"every {k}", str(p), str(a.model) if a.model else None, None))
-        feats[k] = healthy_features(p, bundle, healthy)
+        seen = HealthyFeatures(bundle, healthy)  # read from the replay's own ticks: one pipeline pass
+        m = _one(("resample", f"every {k}", str(p), str(a.model) if a.model else None, None), observe=seen)
+        feats[k] = seen.result()
         rows.append((k, m))
         print(f"every {k}: replayed and scored in {time.perf_counter() - t:.0f} s", flush=True)
 

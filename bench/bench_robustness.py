@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 BAR = {"recall": 0.95, "predictive_recall": 0.80, "false_per_1k": 10.0, "alerts_per_1k": 100.0}
 
 
-def _one(args: tuple[str, str, str, str | None, str | None]) -> dict:
+def _one(args: tuple[str, str, str, str | None, str | None], observe=None) -> dict:
+    """One recording replayed and scored (*observe*: passed to the Replayer, sees every scored tick)."""
     group, name, path, model, policy = args
     from api.replay import Replayer, build_report
     from models.bundle import ModelBundle, default_model_path
@@ -38,7 +39,7 @@ def _one(args: tuple[str, str, str, str | None, str | None]) -> dict:
 
     cfg = load_policy_config(policy)
     bundle = ModelBundle.load(model or default_model_path())
-    result = Replayer(bundle, cfg).run(path)
+    result = Replayer(bundle, cfg, observe=observe).run(path)
     rep = build_report(path, result, {}, cfg)
     out = {"group": group, "name": name, "path": path, "stats": result.stats}
     for who in ("model", "rules_baseline"):

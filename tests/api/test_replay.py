@@ -127,3 +127,13 @@ def test_replay_with_a_safety_file_runs_through_the_engine_and_reports_what_it_h
     bad = CliRunner().invoke(build_cli(), ["replay", str(small_recording), "--report", str(tmp_path / "r2.json"),
                                            "--safety", str(tmp_path / "nope.yaml")])
     assert bad.exit_code == 2 and "cannot read safety" in " ".join(bad.output.split())
+
+
+def test_an_observer_sees_every_scored_tick_with_the_scores_the_decisions_came_from(small_recording, bundle):
+    seen = []
+    result = Replayer(bundle, PolicyConfig(), observe=lambda b, s: seen.append((b.ts, len(b), len(s.p_fail)))).run(
+        small_recording)
+    ts = [t for t, _, _ in seen]
+    assert ts == sorted(ts) and len(ts) == result.stats["ticks"]
+    assert all(rows == scores > 0 for _, rows, scores in seen)
+    assert result.decisions == Replayer(bundle, PolicyConfig()).run(small_recording).decisions  # it only watches
