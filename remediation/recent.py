@@ -46,9 +46,12 @@ class RecentActions:
         self.facility_members: list[tuple[str, float]] = []
 
     def load(self, recs: Iterable[ActionRecord]) -> None:
-        """Start over from the store's records, oldest first: the cluster actions not rejected or cancelled."""
-        self.past = [PastAction(r.node, r.kind, r.created_at, r.actor == ENGINE_ACTOR, r.escalates) for r in recs
-                     if r.kind.touches_cluster and r.state not in (ActionState.REJECTED, ActionState.CANCELLED)]
+        """Start over from the store's records (in any order): the cluster actions not rejected or
+        cancelled, kept oldest first."""
+        self.past = sorted((PastAction(r.node, r.kind, r.created_at, r.actor == ENGINE_ACTOR, r.escalates)
+                            for r in recs
+                            if r.kind.touches_cluster and r.state not in (ActionState.REJECTED, ActionState.CANCELLED)),
+                           key=lambda p: p.created_at)  # time order, which the lemon count reads in
 
     def add(self, rec: ActionRecord, automatic: bool) -> None:
         """An action that takes a node out (*automatic*: gpuops' own, not a person's)."""
@@ -71,7 +74,7 @@ class RecentActions:
         auto = [p for p in self.past if p.automatic]
         last: dict[str, float] = {}
         lemons: dict[str, int] = {}
-        for p in sorted(auto, key=lambda p: p.created_at):
+        for p in auto:  # oldest first: loaded sorted, added as taken
             if p.kind is ActionKind.RESUME:
                 continue
             last[p.node] = max(last.get(p.node, 0.0), p.created_at)

@@ -92,6 +92,8 @@ class NvmlSource:
         known = [(col, getattr(m, fid), k) for col, fid, k in self.fields if hasattr(m, fid)]
         #: per GPU, the columns still read as field values (a refused one leaves for good)
         self._batched: list[list[tuple[str, int, float]]] = [list(known) for _ in self._handles]
+        #: per GPU, every batched column through its own function: the fallback, built once
+        self._readers = [_legacy(m, h) for h in self._handles]
 
     @classmethod
     def from_options(cls, options: SourceOptions) -> "NvmlSource":
@@ -176,7 +178,7 @@ class NvmlSource:
         row["mem_clock_mhz"] = _num(r(i, "mem_clock", lambda: m.nvmlDeviceGetClockInfo(h, m.NVML_CLOCK_MEM)))
         row["throttle_reasons"] = r(i, "throttle", lambda: self._throttle(h))
         row.update(self._field_values(i, h))
-        for col, fn in _legacy(m, h).items():
+        for col, fn in self._readers[i].items():
             if col not in row:
                 row[col] = r(i, col, fn)
         for col, counter in (("nvlink_crc_flit_err", m.NVML_NVLINK_ERROR_DL_CRC_FLIT),

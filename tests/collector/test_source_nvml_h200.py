@@ -17,6 +17,7 @@ import pytest
 from collector.schema import RecordType, validate_record
 from collector.sources.nvml import NvmlSource
 from nvml_tape import TapeNvml
+from test_source_nvml import _value as _num  # nvidia-smi's value text: N/A, hex, Yes/No, units
 
 DATA = Path(__file__).parent / "data" / "nvml_h200"
 
@@ -76,15 +77,6 @@ def _smi_rows() -> list[dict[str, str]]:
         rdr = csv.reader(f, skipinitialspace=True)
         header = [re.sub(r" \[.*\]$", "", h) for h in next(rdr)]
         return [dict(zip(header, row)) for row in rdr]
-
-
-def _num(raw: str) -> float | None:
-    raw = raw.strip()
-    if raw.startswith("[") or raw == "N/A":
-        return None
-    if raw in ("Yes", "No"):
-        return float(raw == "Yes")
-    return float(int(raw, 16)) if raw.startswith("0x") else float(raw.split()[0])
 
 
 #: nvidia-smi field → (column, absolute tolerance): nvidia-smi ran right after the source's read
