@@ -3,7 +3,7 @@
 Usage::
 
     python bench/bench_resample.py [--nodes 32] [--hours 24] [--seed 501] [--factors 1 3 12]
-        [--model DIR] [--dir /tmp/gpuops-resample] [--write bench/results/resample.md]
+        [--model DIR] [--policy FILE] [--dir /tmp/gpuops-resample] [--write bench/results/resample.md]
 
 research/robust-detection.md §9.1 asks for this test: resampling a recording at 5/15/60 s must
 leave scores unchanged within noise. The shift suite's 60 s and 2 s worlds are other fleets
@@ -158,6 +158,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=501, help="501-599: this bench's seeds")
     ap.add_argument("--factors", type=int, nargs="+", default=[1, 3, 12], help="keep every k-th sample (1 = 5 s)")
     ap.add_argument("--model", type=Path, help="model directory (default: the shipped one)")
+    ap.add_argument("--policy", type=Path, help="policy YAML (default: built-in)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/gpuops-resample"))
     ap.add_argument("--top", type=int, default=10, help="inputs listed in the drift table")
     ap.add_argument("--write", type=Path, help="append the tables, dated, to this Markdown file")
@@ -174,14 +175,16 @@ def main() -> None:
     for k, p in paths.items():
         t = time.perf_counter()
         seen = HealthyFeatures(bundle, healthy)  # read from the replay's own ticks: one pipeline pass
-        m = _one(("resample", f"every {k}", str(p), str(a.model) if a.model else None, None), observe=seen)
+        m = _one(("resample", f"every {k}", str(p), str(a.model) if a.model else None,
+                   str(a.policy) if a.policy else None), observe=seen)
         feats[k] = seen.result()
         rows.append((k, m))
         print(f"every {k}: replayed and scored in {time.perf_counter() - t:.0f} s", flush=True)
 
     lines = [f"Fleet: {a.nodes} nodes x {a.hours:g} h, training-range world drawn with seed {a.seed}, sampled at "
              f"5 s and thinned; {len(incidents)} incidents, {len(healthy)} nodes with none (the healthy set). "
-             f"Model `{a.model or 'models/default'}`.", "",
+             f"Model `{a.model or 'models/default'}`"
+             + (f", policy `{a.policy}`" if a.policy else "") + ".", "",
              "| interval | GPU samples | recall model / rules | predictive model / rules | false drains+resets "
              "per 1k node-days (count) model / rules | alerts per 1k: anomaly / unexplained / all | healthy p_fail "
              "p99 / p99.9 / max | healthy anomaly p99 / p99.9 |",
