@@ -205,7 +205,10 @@ def power(ch: "Chunk", inc: "Incident") -> None:
     pre, p, failed = _phases(ch, inc)
     if inc.variant == "warned" and p.size:
         rng = np.random.default_rng([inc.failure, ch.a, 7])
-        brake = rng.random(p.size) < 0.05 + 0.5 * p
+        # the share of samples braking grows to 55 % at home; a drawn world scales it by the incident's
+        # magnitude (a supply that lost its redundancy brakes as often as the load outgrows what is left:
+        # peak 22-100 %) and switches it off between bursts when intermittent
+        brake = rng.random(p.size) < np.clip((0.05 + 0.5 * p) * _gate(inc, p), 0.0, 1.0)
         bits = np.where(brake, THROTTLE_HW_POWER_BRAKE | THROTTLE_HW_SLOWDOWN, 0)
         ch.throttle[pre, cols] |= bits[:, None]
         ch.power_factor[pre, cols] *= np.where(brake, 0.4, 1.0).astype(np.float32)[:, None]

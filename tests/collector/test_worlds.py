@@ -386,3 +386,27 @@ def test_a_node_that_loses_its_power_goes_dark_until_repaired_and_a_node_without
     assert set(has_bmc.values()) == {True, False}
     speaking = set(events.loc[events["source"] == "bmc", "node"])
     assert speaking == {n for n, b in has_bmc.items() if b}
+
+
+def test_a_drawn_worlds_failing_supply_brakes_as_often_as_its_magnitude_says(tmp_path):
+    """A weak precursor brakes a node in a fifth of its samples at most, a strong one nearly always:
+    so some warned power losses brake under half of every minute before the node goes dark."""
+    from collector.schema import THROTTLE_HW_POWER_BRAKE, FaultClass
+
+    share = {}
+    for m in (0.4, 2.5):
+        power = replace(BUSY, name=f"test-power-{m}", rate_multiplier=(6000, 6000), fault_magnitude=(m, m),
+                        intermittent_prob=0.0, power_brake_per_rack_day=(0.0, 0.0))
+        cfg = _cfg(seed=17, ranges=power, nodes=8, hours=6.0, mix={FaultClass.POWER: 1.0})
+        simulate_recording(cfg, tmp_path / str(m))
+        rec = open_recording(tmp_path / str(m))
+        gpu = rec.read_all("gpu")
+        late = []
+        for inc in (i for i in rec.incidents() if i["fault"] == "power" and i["predictable"]):
+            t0, t1 = inc["onset_ts"], inc["failure_ts"]
+            own = gpu[(gpu["node"] == inc["node"]) & (gpu["ts"] >= t0 + 0.75 * (t1 - t0)) & (gpu["ts"] < t1)]
+            late.append(((own["throttle_reasons"] & THROTTLE_HW_POWER_BRAKE) > 0).mean())
+        assert late, "no warned power loss drawn"
+        share[m] = float(np.mean(late))
+    # the last quarter of the precursor: 0.4 x (43-55 %) at most 22 %; 2.5 x that is over 100 %, clipped
+    assert share[0.4] < 0.25 and share[2.5] > 0.9, share
