@@ -111,6 +111,8 @@ STRAGGLER_TREND = 0.15
 STRAGGLER_NOW = 0.10
 #: ... and its utilisation is no more than this many points under its node's median (it is not idling)
 STRAGGLER_UTIL_BEHIND = 10.0
+#: another node braked at least this share of this node's own brake in the long window: a shared cause
+SHARED_BRAKE_RATIO = 0.5
 #: Default rules, in priority order.
 DEFAULT_RULES: tuple[Rule, ...] = (
     xid_rule("off_bus", "XID 79: GPU has fallen off the bus"),
@@ -154,10 +156,15 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     # it out, so it never drains them one by one. A node's own supply fails independently of its
     # neighbours', so one braking alone for 90 s of the last 30 minutes, and still, has lost its own
     # power delivery
+    # A shared brake's edge looks like one node's own: at its last tick one node's sample may still
+    # brake while its peers' no longer do (sampling phase; at 60 s one sample is the minute). So the
+    # brake must also be this node's *in proportion*: another node that braked at least half as much
+    # in the same 30 min shares the cause. A failing supply brakes far more than a neighbour's episode
     Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", 0.05, _F.POWER, _A.DRAIN,
          "hardware power brake {value:.0%} of the last 30 min, still on, and on no other node",
          requires=(("throttle_hw_power_brake_frac_short", 0.5),),
-         unless_at_least=(("other_nodes_power_brake_short", 1),)),
+         unless_at_least=(("other_nodes_power_brake_short", 1),
+                          ("other_nodes_power_brake_long_ratio", SHARED_BRAKE_RATIO))),
     Rule("pcie_replay_storm", "pcie_replay_per_min_short", 1000, _F.PCIE, _A.DRAIN,
          "PCIe replay storm: {value:.0f}/min"),
     # a straggler (fail-slow): a busy GPU whose clock stays well under its busy peers'. The trend is

@@ -149,6 +149,10 @@ def _build() -> tuple[tuple[str, str, str], ...]:
            f"minutes of steady work (utilisation >= {STEADY_UTIL_PCT:g} %, no thermal slowdown), from 0, time constant "
            f"{TREND_TAU_S / 60:g} min (other time decays it towards 0); NaN in any other minute. A straggler stays slow; "
            "a GPU at its power cap dips and comes back")]
+    # ---- sixth set: whether a brake is the node's own
+    f += [("other_nodes_power_brake_long_ratio", "ratio", "the most any other node (its worst GPU) was held by HW "
+           "power brake in the long window, divided by this node's own (its worst GPU); 0 when no other node braked, "
+           "NaN when this node did not: at 0.5 or more another node braked at least half as much, a shared cause")]
     return tuple(f)
 
 
@@ -202,6 +206,7 @@ _SW_THERMAL_SHORT, _HW_THERMAL_SHORT = (FEATURE_INDEX[f"throttle_{b}_frac_short"
 _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
 _FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
 _BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"], FEATURE_INDEX["other_nodes_power_brake_short"]
+_BRAKE_LONG, _BRAKE_RATIO = FEATURE_INDEX["throttle_hw_power_brake_frac_long"], FEATURE_INDEX["other_nodes_power_brake_long_ratio"]
 _BASE_FIRST = np.array([_CNT[c[0]] for _, c, _ in _BASELINE_STEMS])
 _BASE_SECOND = np.array([_CNT[c[-1]] for _, c, _ in _BASELINE_STEMS])
 _BASE_PAIR = np.array([len(c) == 2 for _, c, _ in _BASELINE_STEMS])
@@ -245,6 +250,23 @@ def _stem_events(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     t1, t2 = t[_BASE_FIRST], t[_BASE_SECOND]
     exposure = np.where(np.isfinite(d[_BASE_FIRST]) & (t1 > 0), t1, t2)
     return events, np.where(np.isfinite(events), exposure, np.nan)
+
+
+def _brake_ratio(brake_long: np.ndarray, grp: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Per row: the most any *other* node braked in the long window over this row's node's own (a
+    node's brake is its worst GPU's); 0 when no other node braked, NaN when this node did not."""
+    node = np.zeros(n_nodes)
+    np.maximum.at(node, grp, np.nan_to_num(brake_long, nan=0.0))
+    if n_nodes < 2:
+        others = np.zeros(n_nodes)
+    else:
+        top = np.argmax(node)
+        second = np.max(np.delete(node, top))
+        others = np.full(n_nodes, node[top])
+        others[top] = second
+    own = node[grp]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(own > 0, others[grp] / own, np.nan)
 
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -345,6 +367,7 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     with np.errstate(invalid="ignore"):
         braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=n_scored) > 0
     f[_OTHER_BRAKE] = braking.sum() - braking[grp]
+    f[_BRAKE_RATIO] = _brake_ratio(f[_BRAKE_LONG], grp, n_scored)
 
     frozen = None if muted is None else muted[nodes]
     baselines.clock.ensure(gpus.n)

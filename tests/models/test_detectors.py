@@ -296,6 +296,18 @@ def test_a_brief_or_facility_wide_power_brake_is_ridden_out_and_one_nodes_own_dr
     assert held is not None and held.name == "hw_power_brake" and held.action.value == "drain"
 
 
+def test_a_shared_brakes_edge_is_not_one_nodes_own_but_a_failing_supply_beside_a_short_one_is():
+    """At a shared brake's last tick one node may still brake alone: another node that braked at
+    least half as much in the same 30 min shares the cause. A failing supply brakes far more."""
+    alone_now = dict(throttle_hw_power_brake_frac_short=1.0, throttle_hw_power_brake_frac_long=0.13,
+                     other_nodes_power_brake_short=0)
+    assert _rule_on(**alone_now, other_nodes_power_brake_long_ratio=1.0) is None   # a rack's brake, its edge
+    assert _rule_on(**alone_now, other_nodes_power_brake_long_ratio=0.5) is None   # another half as much
+    own = _rule_on(**alone_now, other_nodes_power_brake_long_ratio=0.13)           # 13 % beside a dying supply's 100 %
+    assert own is not None and own.name == "hw_power_brake"
+    assert _rule_on(**alone_now, other_nodes_power_brake_long_ratio=0.0).name == "hw_power_brake"  # none braked
+
+
 def test_a_gpu_that_stays_well_under_its_busy_peers_clock_drains_as_a_straggler_and_a_dip_does_not():
     slow = _rule_on(sm_clock_deficit_vs_busy_peers_trend=0.2, sm_clock_deficit_vs_busy_peers=0.25)
     assert slow is not None and slow.name == "fail_slow_sustained" and slow.action.value == "drain"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
@@ -188,6 +189,20 @@ def test_nodes_braking_together_see_each_other_so_a_facility_brake_is_not_one_no
              "pcie_replay": 0.0} for n in range(3) for t in range(0, 60, 10)]
     f = run(pd.DataFrame(rows))[T0 + 60].set_index("node")["other_nodes_power_brake_short"]
     assert f.to_dict() == {"gpu-node-000": 1, "gpu-node-001": 1, "gpu-node-002": 2}
+
+
+def test_a_brake_is_compared_with_the_most_any_other_node_braked_in_the_long_window() -> None:
+    def brake(n: int, gpu: int, t: int) -> int:  # node 0 GPU 1: 6 of 24 samples; node 1: 3 of 24; node 2: none
+        return 0x80 if (n == 0 and gpu == 1 and t < 60) or (n == 1 and gpu == 0 and 100 <= t < 130) else 0
+
+    rows = [{"ts": T0 + t, "node": f"gpu-node-00{n}", "gpu": gpu, "throttle_reasons": brake(n, gpu, t),
+             "pcie_replay": 0.0} for n in range(3) for gpu in range(2) for t in range(0, 240, 10)]
+    f = run(pd.DataFrame(rows))[T0 + 240].set_index(["node", "gpu"])["other_nodes_power_brake_long_ratio"]
+    assert f[("gpu-node-000", 0)] == f[("gpu-node-000", 1)] == pytest.approx(0.5)  # a node's brake: its worst GPU
+    assert f[("gpu-node-001", 0)] == pytest.approx(2.0)
+    assert np.isnan(f[("gpu-node-002", 0)])  # did not brake: nothing to share
+    alone = [r for r in rows if r["node"] == "gpu-node-000"]
+    assert run(pd.DataFrame(alone))[T0 + 240]["other_nodes_power_brake_long_ratio"].tolist() == [0.0, 0.0]
 
 
 def test_a_straggler_trend_builds_over_minutes_of_steady_work_and_not_from_heat_or_part_time_work() -> None:
