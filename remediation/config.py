@@ -162,13 +162,15 @@ class PolicyConfig(BaseModel):
         "drains in place (their errors were still coming) and cost predictive catches where SBE counters were "
         "missing, which then read as quiet (fixed since; not re-judged): bench/results/robustness.md.")
     vetoed_rule_keeps_hold: bool = Field(
-        False,
+        True,
         description="A node gpuops holds is not healthy while an acting rule's condition holds on it but a veto "
         "stops the rule (NodeScores.rule_vetoed: e.g. hw_power_brake on a node whose brake goes on while another "
         "node brakes too). A veto then only keeps gpuops from taking a *new* node out for a shared cause; it never "
         "releases a node whose own evidence is still there. Off: a vetoed rule reads as no rule, as before. Every "
         "longer veto tried so far (robustness.md: P, P4) failed because a held broken node was resumed while its "
-        "rule was vetoed; this is what such a veto needs first. Not judged yet, so off.")
+        "rule was vetoed; this is what such a veto needs first. On since the eleventh session (candidate VP4, with "
+        "hw_power_brake's veto other_nodes_power_brake_long_ratio >= 0.5): on the thinned tuning set it removed 3 of "
+        "13 false drains, and it released no held node (bench/results/robustness.md).")
     fleet_calibration: bool = Field(
         True,
         description="Fleet-relative calibration (research/robust-detection.md §1, §4): a prediction acts, "
