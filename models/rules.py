@@ -35,6 +35,7 @@ import numpy as np
 from collector.bmc_events import SEL_CLASSES
 from collector.schema import Action, FaultClass, FollowUp
 from collector.xid import CLASS_BY_NAME
+from pipeline.features import BRAKE_LONG_FRAC
 
 from .base import Detector, DetectorOutput, FeatureMismatch, class_index
 
@@ -113,6 +114,12 @@ STRAGGLER_NOW = 0.10
 STRAGGLER_UTIL_BEHIND = 10.0
 #: another node braked at least this share of this node's own brake in the long window: a shared cause
 SHARED_BRAKE_RATIO = 0.5
+#: a node silent this long (every GPU) after braking alone has lost its power: 3 samples at 60 s, the
+#: slowest cadence exporters run at, so a missed scrape or two never reads as a lost node
+POWER_LOST_SILENT_S = 180.0
+#: share of the long window a node's own brake must cover (90 s of 30 min): what other nodes' brakes are
+#: counted at (feature other_nodes_power_brake_long)
+POWER_BRAKE_LONG = BRAKE_LONG_FRAC
 #: Default rules, in priority order.
 DEFAULT_RULES: tuple[Rule, ...] = (
     xid_rule("off_bus", "XID 79: GPU has fallen off the bus"),
@@ -160,11 +167,23 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     # brake while its peers' no longer do (sampling phase; at 60 s one sample is the minute). So the
     # brake must also be this node's *in proportion*: another node that braked at least half as much
     # in the same 30 min shares the cause. A failing supply brakes far more than a neighbour's episode
-    Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", 0.05, _F.POWER, _A.DRAIN,
+    Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", POWER_BRAKE_LONG, _F.POWER, _A.DRAIN,
          "hardware power brake {value:.0%} of the last 30 min, still on, and on no other node",
          requires=(("throttle_hw_power_brake_frac_short", 0.5),),
          unless_at_least=(("other_nodes_power_brake_short", 1),
                           ("other_nodes_power_brake_long_ratio", SHARED_BRAKE_RATIO))),
+    # a supply that has lost its redundancy brakes the node, then the node loses power and stops
+    # reporting: every GPU silent at once. Silence alone is usually the agent or the network (the
+    # stale-telemetry job alerts on it and never drains by default); silence right after this node, and
+    # no other, braked is its power. A brake shared with any other node in the last 30 min (a rack's
+    # shelf, a capping test) explains the node's own, so it vetoes: an exporter gap after a rack brake
+    # is not a lost node. Drain: it keeps work off the node when it comes back, until a person has
+    # looked (the node resumes once it reports healthy)
+    Rule("power_lost", "node_silent_s", POWER_LOST_SILENT_S, _F.POWER, _A.DRAIN,
+         "every GPU of the node silent for {value:.0f} s right after a hardware power brake on this node alone: "
+         "power lost", inclusive=True, on_node=True,
+         requires=(("throttle_hw_power_brake_frac_long", POWER_BRAKE_LONG),),
+         unless_at_least=(("other_nodes_power_brake_long", 1), ("other_nodes_power_brake_short", 1))),
     Rule("pcie_replay_storm", "pcie_replay_per_min_short", 1000, _F.PCIE, _A.DRAIN,
          "PCIe replay storm: {value:.0f}/min"),
     # a straggler (fail-slow): a busy GPU whose clock stays well under its busy peers'. The trend is

@@ -72,6 +72,9 @@ BUSY_UTIL_PCT = 10.0
 #: end or checkpoint dip, whose minute mixes in idle clocks) without thermal slowdown (a hot GPU slows
 #: itself and says so: the thermal class's matter)
 STEADY_UTIL_PCT = 50.0
+#: a node whose GPU was held by HW power brake this share of the long window (90 s of 30 min) has braked:
+#: what rule hw_power_brake asks of a node's own brake, and what other_nodes_power_brake_long counts
+BRAKE_LONG_FRAC = 0.05
 #: (feature, gauge, floor of the robust scale in the gauge's unit)
 _FLEET = (("node_sm_clock_fleet_z", "sm_clock_mhz", 5.0), ("node_temp_gpu_fleet_z", "temp_gpu_c", 1.0),
           ("node_power_fleet_z", "power_w", 5.0), ("node_util_fleet_z", "util_gpu", 2.0))
@@ -153,6 +156,11 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     f += [("other_nodes_power_brake_long_ratio", "ratio", "the most any other node (its worst GPU) was held by HW "
            "power brake in the long window, divided by this node's own (its worst GPU); 0 when no other node braked, "
            "NaN when this node did not: at 0.5 or more another node braked at least half as much, a shared cause")]
+    # ---- seventh set: a node that stops reporting, and what its peers did before it
+    f += [("node_silent_s", "s", "tick end - time of the node's latest GPU sample (the least sample_age_s of its "
+           "GPUs): grows only when every GPU of the node has gone silent")]
+    f += [("other_nodes_power_brake_long", "count", f"other nodes with a GPU held by HW power brake at least "
+           f"{BRAKE_LONG_FRAC:.0%} of the long window: a shared brake that has ended still explains a node's own")]
     return tuple(f)
 
 
@@ -207,6 +215,8 @@ _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
 _FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
 _BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"], FEATURE_INDEX["other_nodes_power_brake_short"]
 _BRAKE_LONG, _BRAKE_RATIO = FEATURE_INDEX["throttle_hw_power_brake_frac_long"], FEATURE_INDEX["other_nodes_power_brake_long_ratio"]
+_OTHER_BRAKE_LONG = FEATURE_INDEX["other_nodes_power_brake_long"]
+_AGE, _NODE_SILENT = FEATURE_INDEX["sample_age_s"], FEATURE_INDEX["node_silent_s"]
 _BASE_FIRST = np.array([_CNT[c[0]] for _, c, _ in _BASELINE_STEMS])
 _BASE_SECOND = np.array([_CNT[c[-1]] for _, c, _ in _BASELINE_STEMS])
 _BASE_PAIR = np.array([len(c) == 2 for _, c, _ in _BASELINE_STEMS])
@@ -366,8 +376,13 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
     with np.errstate(invalid="ignore"):
         braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=n_scored) > 0
+        braked = np.bincount(grp, weights=f[_BRAKE_LONG] >= BRAKE_LONG_FRAC, minlength=n_scored) > 0
     f[_OTHER_BRAKE] = braking.sum() - braking[grp]
     f[_BRAKE_RATIO] = _brake_ratio(f[_BRAKE_LONG], grp, n_scored)
+    f[_OTHER_BRAKE_LONG] = braked.sum() - braked[grp]
+    node_age = np.full(n_scored, np.inf)
+    np.minimum.at(node_age, grp, f[_AGE])
+    f[_NODE_SILENT] = node_age[grp]
 
     frozen = None if muted is None else muted[nodes]
     baselines.clock.ensure(gpus.n)

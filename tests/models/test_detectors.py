@@ -308,6 +308,18 @@ def test_a_shared_brakes_edge_is_not_one_nodes_own_but_a_failing_supply_beside_a
     assert _rule_on(**alone_now, other_nodes_power_brake_long_ratio=0.0).name == "hw_power_brake"  # none braked
 
 
+def test_a_node_that_goes_dark_right_after_braking_alone_has_lost_its_power_and_silence_alone_has_not():
+    braked = dict(throttle_hw_power_brake_frac_long=0.2, throttle_hw_power_brake_frac_short=np.nan)
+    lost = _rule_on(node_silent_s=180.0, **braked)
+    assert lost is not None and lost.name == "power_lost" and lost.on_node
+    assert lost.action.value == "drain" and lost.fault.value == "power"
+    assert _rule_on(node_silent_s=170.0, **braked) is None                              # a missed scrape or two
+    assert _rule_on(node_silent_s=900.0, throttle_hw_power_brake_frac_long=0.0) is None  # silence alone: agent, network
+    assert _rule_on(node_silent_s=900.0, throttle_hw_power_brake_frac_long=0.04) is None  # a brake of a few seconds
+    assert _rule_on(node_silent_s=900.0, **braked, other_nodes_power_brake_long=1) is None  # a rack's brake, then a gap
+    assert _rule_on(node_silent_s=900.0, **braked, other_nodes_power_brake_short=1) is None
+
+
 def test_a_gpu_that_stays_well_under_its_busy_peers_clock_drains_as_a_straggler_and_a_dip_does_not():
     slow = _rule_on(sm_clock_deficit_vs_busy_peers_trend=0.2, sm_clock_deficit_vs_busy_peers=0.25)
     assert slow is not None and slow.name == "fail_slow_sustained" and slow.action.value == "drain"

@@ -205,6 +205,28 @@ def test_a_brake_is_compared_with_the_most_any_other_node_braked_in_the_long_win
     assert run(pd.DataFrame(alone))[T0 + 240]["other_nodes_power_brake_long_ratio"].tolist() == [0.0, 0.0]
 
 
+def test_a_node_is_silent_only_when_every_gpu_of_it_has_stopped() -> None:
+    fleet = Fleet(nodes=2, gpus=4, samples=30, interval_s=10.0)
+    g = gpu_frame(fleet)
+    late = g.ts >= T0 + 100
+    g = g[~(late & (g.node == "gpu-node-001")) & ~(late & (g.node == "gpu-node-000") & (g.gpu == 3))]
+    f = run(g)[T0 + 300].set_index(["node", "gpu"])["node_silent_s"]
+    assert (f.loc["gpu-node-001"] == 210.0).all()       # the whole node went dark at T0 + 90
+    assert (f.loc["gpu-node-000"] == 10.0).all()        # one GPU off the bus: its node still reports
+
+
+def test_a_brake_another_node_had_earlier_in_the_long_window_still_counts_once_it_has_ended() -> None:
+    def brake(n: int, t: int) -> int:
+        return 0x80 if (n == 0 and t < 60) or (n == 2 and t < 10) else 0   # node 0: a minute; node 2: one sample
+
+    rows = [{"ts": T0 + t, "node": f"gpu-node-00{n}", "gpu": 0, "throttle_reasons": brake(n, t), "pcie_replay": 0.0}
+            for n in range(3) for t in range(0, 240, 10)]
+    f = run(pd.DataFrame(rows))[T0 + 240].set_index("node")      # the long window (5 min here) holds all 24 samples
+    assert f["other_nodes_power_brake_short"].to_dict() == {"gpu-node-000": 0, "gpu-node-001": 0, "gpu-node-002": 0}
+    # node 0 braked 6 of 24 samples (25 %); node 2's 1 of 24 (4 %) is under the 5 % a brake needs
+    assert f["other_nodes_power_brake_long"].to_dict() == {"gpu-node-000": 0, "gpu-node-001": 1, "gpu-node-002": 1}
+
+
 def test_a_straggler_trend_builds_over_minutes_of_steady_work_and_not_from_heat_or_part_time_work() -> None:
     fleet = Fleet(nodes=1, gpus=8, samples=20 * 6, interval_s=10.0)  # 20 minutes at 10 s
     g = gpu_frame(fleet)
