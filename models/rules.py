@@ -112,9 +112,6 @@ STRAGGLER_TREND = 0.15
 STRAGGLER_NOW = 0.10
 #: ... and its utilisation is no more than this many points under its node's median (it is not idling)
 STRAGGLER_UTIL_BEHIND = 10.0
-#: a GPU's HW thermal slowdown has lasted more than this many seconds of telemetry time (a run of
-#: samples with it): at every interval of 20 s or more, two samples in a row
-HW_THERMAL_HELD_S = 20.0
 #: another node braked at least this share of this node's own brake in the long window: a shared cause
 SHARED_BRAKE_RATIO = 0.5
 #: a node silent this long (every GPU) after braking alone has lost its power: 3 samples at 60 s, the
@@ -159,12 +156,13 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("bmc_fan_critical", "node_bmc_fan_margin_rpm", 0, _F.THERMAL, _A.DRAIN,
          "BMC fan speed at or below the BMC's lower critical threshold (slowest fan's margin {value:+.0f} RPM)",
          inclusive=True, on_node=True, below=True),
-    # HW thermal slowdown over half of the minute, and held across samples for more than 20 s of
-    # telemetry time: at 60 s sampling one sample is the whole minute, and a hot but healthy GPU that
-    # touches the limit in one sample is not a cooling failure; two samples in a row are
+    # HW thermal slowdown over half of the minute. At 60 s sampling one sample is the whole minute, so a
+    # hot but healthy GPU touching its limit once drains (tuning worlds at 80-360 s). Asking for the
+    # slowdown held across samples (throttle_hw_thermal_held_s > 20 s, candidate VT) fixed that on the
+    # tuning worlds but lost a real cooling failure on an independent fleet, whose slowdown comes and
+    # goes as the GPU throttles and cools: not shipped (bench/results/robustness.md, eleventh session)
     Rule("hw_thermal", "throttle_hw_thermal_frac_short", 0.5, _F.THERMAL, _A.DRAIN,
-         "hardware thermal slowdown {value:.0%} of the time",
-         requires=(("throttle_hw_thermal_held_s", HW_THERMAL_HELD_S),)),
+         "hardware thermal slowdown {value:.0%} of the time"),
     # a power brake on two or more nodes at once is a shared cause (a rack's PSU shelf or PDU, a
     # power-capping test; a rack holds a few nodes, a fleet's last rack maybe two): healthy nodes ride
     # it out, so it never drains them one by one. A node's own supply fails independently of its

@@ -365,13 +365,3 @@ def test_the_rules_say_which_acting_rule_a_veto_stopped_and_a_node_carries_it():
                          names=FEATURE_NAMES)
     ns = aggregate(batch, ModelBundle.rules_only().score(x), det)
     assert ns.rule_vetoed.tolist() == [True, False, False] and ns.rule.tolist() == [-1, k, -1]
-
-
-def test_a_thermal_slowdown_drains_only_once_it_has_lasted_across_samples():
-    """At 60 s one hot sample is "100 % of the minute": a healthy GPU touching the limit once. Two in a
-    row (held 60 s) is a cooling failure; at 5 s, a minute more than half slowed holds 30 s or more."""
-    assert _rule_on(throttle_hw_thermal_frac_short=1.0, throttle_hw_thermal_held_s=0.0) is None
-    assert _rule_on(throttle_hw_thermal_frac_short=1.0, throttle_hw_thermal_held_s=20.0) is None
-    held = _rule_on(throttle_hw_thermal_frac_short=1.0, throttle_hw_thermal_held_s=60.0)
-    assert held is not None and held.name == "hw_thermal" and held.action.value == "drain"
-    assert _rule_on(throttle_hw_thermal_frac_short=0.5, throttle_hw_thermal_held_s=60.0) is None
