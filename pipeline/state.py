@@ -107,15 +107,14 @@ class GpuWindowState:
         self.last_ts = np.full(capacity, np.nan)
         self.last_seen = np.full(capacity, -np.inf)
         self.last_vals = np.full((len(GPU_VALUE_COLUMNS), capacity), np.nan)
-        self.cool_ts = np.full(capacity, np.nan)      # latest sample without HW thermal slowdown
-        self.hot_since_ts = np.full(capacity, np.nan)  # first sample with it after that (NaN: not hot)
+        self.hot_since_ts = np.full(capacity, np.nan)  # first sample of the current HW thermal run (NaN: not hot)
         self.duplicates = 0
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the state arrays (bounded by capacity, not by stream length)."""
         return (self.ring.nbytes + self.last_ts.nbytes + self.last_seen.nbytes + self.last_vals.nbytes
-                + self.cool_ts.nbytes + self.hot_since_ts.nbytes)
+                + self.hot_since_ts.nbytes)
 
     def ensure(self, capacity: int) -> None:
         """Make room for slots ``< capacity``."""
@@ -126,7 +125,6 @@ class GpuWindowState:
         self.last_ts = _pad(self.last_ts, cap, np.nan)
         self.last_seen = _pad(self.last_seen, cap, -np.inf)
         self.last_vals = _pad(self.last_vals, cap, np.nan)
-        self.cool_ts = _pad(self.cool_ts, cap, np.nan)
         self.hot_since_ts = _pad(self.hot_since_ts, cap, np.nan)
 
     def update(self, rows: GpuRows) -> None:
@@ -256,7 +254,6 @@ class GpuWindowState:
         self.last_vals[:, ls] = vals
         self.last_seen[ls] = np.maximum(self.last_seen[ls], ts)
         cool = np.isfinite(cool_at)  # a sample without slowdown in this tick: hot only if one with it followed
-        self.cool_ts[ls[cool]] = cool_at[cool]
         self.hot_since_ts[ls[cool]] = hot_at[cool]
         still = ~cool & np.isfinite(hot_at)  # only hot in this tick: hot since the first, unless already
         held = self.hot_since_ts[ls[still]]
