@@ -117,9 +117,6 @@ SHARED_BRAKE_RATIO = 0.5
 #: a node silent this long (every GPU) after braking alone has lost its power: 3 samples at 60 s, the
 #: slowest cadence exporters run at, so a missed scrape or two never reads as a lost node
 POWER_LOST_SILENT_S = 180.0
-#: share of the long window a node's own brake must cover (90 s of 30 min): what other nodes' brakes are
-#: counted at (feature other_nodes_power_brake_long)
-POWER_BRAKE_LONG = BRAKE_LONG_FRAC
 #: Default rules, in priority order.
 DEFAULT_RULES: tuple[Rule, ...] = (
     xid_rule("off_bus", "XID 79: GPU has fallen off the bus"),
@@ -158,9 +155,9 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          inclusive=True, on_node=True, below=True),
     # HW thermal slowdown over half of the minute. At 60 s sampling one sample is the whole minute, so a
     # hot but healthy GPU touching its limit once drains (tuning worlds at 80-360 s). Asking for the
-    # slowdown held across samples (throttle_hw_thermal_held_s > 20 s, candidate VT) fixed that on the
-    # tuning worlds but lost a real cooling failure on an independent fleet, whose slowdown comes and
-    # goes as the GPU throttles and cools: not shipped (bench/results/robustness.md, eleventh session)
+    # slowdown held across samples for more than 20 s (candidate VT) fixed that on the tuning worlds
+    # but lost a real cooling failure on an independent fleet, whose slowdown comes and goes as the
+    # GPU throttles and cools: taken back (bench/results/robustness.md, eleventh session)
     Rule("hw_thermal", "throttle_hw_thermal_frac_short", 0.5, _F.THERMAL, _A.DRAIN,
          "hardware thermal slowdown {value:.0%} of the time"),
     # a power brake on two or more nodes at once is a shared cause (a rack's PSU shelf or PDU, a
@@ -172,7 +169,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     # brake while its peers' no longer do (sampling phase; at 60 s one sample is the minute). So the
     # brake must also be this node's *in proportion*: another node that braked at least half as much
     # in the same 30 min shares the cause. A failing supply brakes far more than a neighbour's episode
-    Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", POWER_BRAKE_LONG, _F.POWER, _A.DRAIN,
+    Rule("hw_power_brake", "throttle_hw_power_brake_frac_long", BRAKE_LONG_FRAC, _F.POWER, _A.DRAIN,
          "hardware power brake {value:.0%} of the last 30 min, still on, and on no other node",
          requires=(("throttle_hw_power_brake_frac_short", 0.5),),
          unless_at_least=(("other_nodes_power_brake_short", 1),
@@ -187,7 +184,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("power_lost", "node_silent_s", POWER_LOST_SILENT_S, _F.POWER, _A.DRAIN,
          "every GPU of the node silent for {value:.0f} s right after a hardware power brake on this node alone: "
          "power lost", inclusive=True, on_node=True,
-         requires=(("throttle_hw_power_brake_frac_long", POWER_BRAKE_LONG),),
+         requires=(("throttle_hw_power_brake_frac_long", BRAKE_LONG_FRAC),),
          unless_at_least=(("other_nodes_power_brake_long", 1), ("other_nodes_power_brake_short", 1))),
     Rule("pcie_replay_storm", "pcie_replay_per_min_short", 1000, _F.PCIE, _A.DRAIN,
          "PCIe replay storm: {value:.0f}/min"),

@@ -161,10 +161,6 @@ def _build() -> tuple[tuple[str, str, str], ...]:
            "GPUs): grows only when every GPU of the node has gone silent")]
     f += [("other_nodes_power_brake_long", "count", f"other nodes with a GPU held by HW power brake at least "
            f"{BRAKE_LONG_FRAC:.0%} of the long window: a shared brake that has ended still explains a node's own")]
-    # ---- eighth set: how long a slowdown has lasted, in telemetry time
-    f += [("throttle_hw_thermal_held_s", "s", "seconds from the first sample of the GPU's current run of samples with HW "
-           "thermal slowdown to its latest sample: 0 for a single sample, however slow the sampling (one sample at 60 s "
-           "is the whole minute's share, not a minute of slowdown)")]
     return tuple(f)
 
 
@@ -221,7 +217,6 @@ _BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"]
 _BRAKE_LONG, _BRAKE_RATIO = FEATURE_INDEX["throttle_hw_power_brake_frac_long"], FEATURE_INDEX["other_nodes_power_brake_long_ratio"]
 _OTHER_BRAKE_LONG = FEATURE_INDEX["other_nodes_power_brake_long"]
 _AGE, _NODE_SILENT = FEATURE_INDEX["sample_age_s"], FEATURE_INDEX["node_silent_s"]
-_HOT_HELD = FEATURE_INDEX["throttle_hw_thermal_held_s"]
 _BASE_FIRST = np.array([_CNT[c[0]] for _, c, _ in _BASELINE_STEMS])
 _BASE_SECOND = np.array([_CNT[c[-1]] for _, c, _ in _BASELINE_STEMS])
 _BASE_PAIR = np.array([len(c) == 2 for _, c, _ in _BASELINE_STEMS])
@@ -388,7 +383,6 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     node_age = np.full(n_scored, np.inf)
     np.minimum.at(node_age, grp, f[_AGE])
     f[_NODE_SILENT] = node_age[grp]
-    f[_HOT_HELD] = gpu.hw_thermal_held_s(gpus.n)[slots]
 
     frozen = None if muted is None else muted[nodes]
     baselines.clock.ensure(gpus.n)

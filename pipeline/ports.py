@@ -22,7 +22,6 @@ from pipeline.runs import (
     group_flags,
     last_rows,
     new_samples_order,
-    on_off_transitions,
     previous,
     previous_rows,
     runs,
@@ -111,7 +110,7 @@ class PortWindowState:
         sums[:, PORT_STATS["state_known"]] = np.add.reduceat((active >= 0).astype(np.float64), starts)[:, None]
         sums[:, PORT_STATS["not_active"]] = np.add.reduceat((active == 0).astype(np.float64), starts)[:, None]
         last = last_rows(first)
-        up_at, down_at = on_off_transitions(ts, active, np.flatnonzero(first))
+        up_at, down_at = _link_transitions(ts, active, np.flatnonzero(first))
         return Folded(ByTick(tick[starts], (port[starts], b[starts], sums), (0, 0, 0)),
                       ByTick(tick[last], (port[last], ts[last], vals[:, last], up_at, down_at,
                                           group_flags(reset, first_at)), (0, 0, 1, 0, 0, 0)))
@@ -148,6 +147,18 @@ class PortWindowState:
         """Short- and long-window sums for port slots ``< n`` at *tick_end*."""
         self.ensure(n)
         return self.ring.window(n, int(round(tick_end / self.bucket_s)), n_short)[1:]
+
+
+def _link_transitions(ts: np.ndarray, active: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per (tick, port) group of rows (sorted by ts; *starts*: first rows): the ts of the last
+    ACTIVE sample (NaN if none), and of the first not-ACTIVE sample after it — or of the
+    first not-ACTIVE sample when none was ACTIVE (NaN if none). Unknown states count as neither."""
+    idx = np.arange(len(ts))
+    last_up = np.maximum.reduceat(np.where(active == 1, idx, -1), starts)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(ts))))
+    first_down = np.minimum.reduceat(np.where((active == 0) & (idx > last_up[group]), idx, len(ts)), starts)
+    ts_pad = np.append(ts, np.nan)
+    return ts_pad[np.where(last_up >= 0, last_up, len(ts))], ts_pad[first_down]
 
 
 class NodeXidState:

@@ -154,16 +154,3 @@ def anchor_rows(slot: np.ndarray, ts: np.ndarray, anchors: np.ndarray | None) ->
     for a_slot, a_ts in anchors.T.tolist():  # a handful at most: GPU swaps are rare
         hit |= (slot == a_slot) & (ts == a_ts)
     return np.flatnonzero(hit)
-
-
-def on_off_transitions(ts: np.ndarray, active: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per group of rows (sorted by ts; *starts*: first rows; *active*: 1 on, 0 off, -1 unknown): the
-    ts of the last "on" sample (NaN if none), and of the first "off" sample after it — or of the first
-    "off" sample when none was on (NaN if none). Unknown states count as neither. Ports: on = link
-    ACTIVE; GPUs: on = no HW thermal slowdown."""
-    idx = np.arange(len(ts))
-    last_up = np.maximum.reduceat(np.where(active == 1, idx, -1), starts)
-    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(ts))))
-    first_down = np.minimum.reduceat(np.where((active == 0) & (idx > last_up[group]), idx, len(ts)), starts)
-    ts_pad = np.append(ts, np.nan)
-    return ts_pad[np.where(last_up >= 0, last_up, len(ts))], ts_pad[first_down]

@@ -37,7 +37,6 @@ from pipeline.runs import (
     group_flags,
     last_rows,
     new_samples_order,
-    on_off_transitions,
     previous,
     previous_rows,
     runs,
@@ -95,7 +94,6 @@ _LIFETIME_ROWS = np.flatnonzero(_LIFETIME)
 _THR_IDX = GPU_COL["throttle_reasons"]
 _RING_IDX = np.concatenate([_GAUGE_IDX, _COUNTER_IDX, [_THR_IDX]])
 _THR_MASKS = np.array([m for _, m in THROTTLE_BITS], np.int64)
-_HW_THERMAL_BIT = [name for name, _ in THROTTLE_BITS].index("hw_thermal")
 
 
 class GpuWindowState:
@@ -107,14 +105,12 @@ class GpuWindowState:
         self.last_ts = np.full(capacity, np.nan)
         self.last_seen = np.full(capacity, -np.inf)
         self.last_vals = np.full((len(GPU_VALUE_COLUMNS), capacity), np.nan)
-        self.hot_since_ts = np.full(capacity, np.nan)  # first sample of the current HW thermal run (NaN: not hot)
         self.duplicates = 0
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the state arrays (bounded by capacity, not by stream length)."""
-        return (self.ring.nbytes + self.last_ts.nbytes + self.last_seen.nbytes + self.last_vals.nbytes
-                + self.hot_since_ts.nbytes)
+        return self.ring.nbytes + self.last_ts.nbytes + self.last_seen.nbytes + self.last_vals.nbytes
 
     def ensure(self, capacity: int) -> None:
         """Make room for slots ``< capacity``."""
@@ -125,7 +121,6 @@ class GpuWindowState:
         self.last_ts = _pad(self.last_ts, cap, np.nan)
         self.last_seen = _pad(self.last_seen, cap, -np.inf)
         self.last_vals = _pad(self.last_vals, cap, np.nan)
-        self.hot_since_ts = _pad(self.hot_since_ts, cap, np.nan)
 
     def update(self, rows: GpuRows) -> None:
         """Fold one tick's GPU samples (any order) into the state.
@@ -236,12 +231,9 @@ class GpuWindowState:
         sums = np.add.reduceat(w[:at], starts, axis=1)  # (row, cell)
 
         last = last_rows(first)
-        # per GPU and tick: its last sample without HW thermal slowdown, and the first with it after that
-        cool_at, hot_at = on_off_transitions(ts, np.where(thr_ok, (bits[_HW_THERMAL_BIT] == 0).astype(np.int8), -1),
-                                             first_at)
         return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 1)),
                       ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1),
-                                          group_flags(reset, first_at), cool_at, hot_at), (0, 0, 1, 0, 0, 0)),
+                                          group_flags(reset, first_at)), (0, 0, 1, 0)),
                       stat_rows)
 
     def apply(self, folded: Folded, k: int) -> np.ndarray:
@@ -249,23 +241,11 @@ class GpuWindowState:
         whose GPU was reset or replaced in that tick."""
         slot, b, sums = folded.cells.of(k)
         self.ring.add_cells(slot, b, sums[folded.stat_rows].T)
-        ls, ts, vals, repaired, cool_at, hot_at = folded.lasts.of(k)
+        ls, ts, vals, repaired = folded.lasts.of(k)
         self.last_ts[ls] = ts
         self.last_vals[:, ls] = vals
         self.last_seen[ls] = np.maximum(self.last_seen[ls], ts)
-        cool = np.isfinite(cool_at)  # a sample without slowdown in this tick: hot only if one with it followed
-        self.hot_since_ts[ls[cool]] = hot_at[cool]
-        still = ~cool & np.isfinite(hot_at)  # only hot in this tick: hot since the first, unless already
-        held = self.hot_since_ts[ls[still]]
-        self.hot_since_ts[ls[still]] = np.where(np.isnan(held), hot_at[still], held)
         return ls[repaired]
-
-    def hw_thermal_held_s(self, n: int) -> np.ndarray:
-        """Per slot ``< n``: seconds from the first sample of its current run of samples with HW thermal
-        slowdown to its latest sample (0 for one sample, or when its latest known state is without it).
-        Samples whose throttle reasons are unknown neither start nor end a run."""
-        self.ensure(n)
-        return np.nan_to_num(np.maximum(self.last_ts[:n] - self.hot_since_ts[:n], 0.0), nan=0.0)
 
     def add_xids(self, slots: np.ndarray, ts: np.ndarray, codes: np.ndarray) -> None:
         """Count XID events of known GPUs in their buckets."""

@@ -243,22 +243,3 @@ def test_a_straggler_trend_builds_over_minutes_of_steady_work_and_not_from_heat_
     last = trend[max(trend)]
     assert last[[6, 7]].isna().all()                                       # heat and part-time work do not feed it
     assert last.drop([5, 6, 7]).abs().max() < 0.02
-
-
-def test_a_thermal_slowdown_is_held_only_across_samples_in_a_row_however_slow_the_sampling() -> None:
-    # GPU 0 at 10 s: hot from t=100 on, one sample of unknown reasons inside (neither ends nor starts a run);
-    # GPU 1 at 60 s: hot in one sample only (t=120), then again at 180 and 240 (a run of two);
-    # GPU 2 at 10 s: hot in alternate samples (never held past its one sample)
-    def row(gpu: int, t: int) -> dict:
-        hot = (gpu == 0 and t >= 100) or (gpu == 1 and t in (120, 180, 240)) or (gpu == 2 and t % 20 == 0)
-        thr = np.nan if (gpu == 0 and t == 150) else (0x40 | 0x8 if hot else 0)
-        return {"ts": T0 + t, "node": "gpu-node-000", "gpu": gpu, "throttle_reasons": thr, "pcie_replay": 0.0}
-
-    rows = [row(g, t) for t in range(0, 250, 10) for g in (0, 2)] + [row(1, t) for t in range(0, 250, 60)]
-    ticks = run(pd.DataFrame(rows))
-    at = {ts: f.set_index("gpu")["throttle_hw_thermal_held_s"] for ts, f in ticks.items()}  # tick t: [t - 60, t)
-    assert at[T0 + 120][0] == 10.0                     # 100 and 110
-    assert at[T0 + 180][1] == 0.0                      # GPU 1's one hot sample (120) is the whole minute, held 0 s
-    assert at[T0 + 240][1] == 60.0                     # 120 and 180 in a row
-    assert at[T0 + 240][0] == 130.0                    # 100 to 230, through the unknown sample at 150
-    assert (pd.Series([f[2] for f in at.values()]) == 0.0).all()   # hot every other sample: never a run
