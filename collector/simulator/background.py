@@ -2,8 +2,8 @@
 
 Per part, zero-inflated and heavy-tailed: most GPUs and ports log nothing, a few trickle
 steadily (lognormal rates around the world's median), a chronic card or two trickles
-hard, and rare bursts come and go: SBE bursts with a row remap left pending until the
-GPU is reset, IB error bursts, link flaps that recover, informational XIDs 63/92 and
+hard, and rare bursts come and go: SBE bursts (half of them tailing off over hours) with a
+row remap left pending until the GPU is reset, IB error bursts, link flaps that recover, informational XIDs 63/92 and
 application XIDs; and *rises*: a healthy part's SBE, PCIe replay, NVLink CRC or IB error
 rate goes up mid-recording for hours and comes back down, so a sustained rise against a
 part's own rate is not, by itself, a precursor. Counters already carry history at recording start (aggregate ECC,
@@ -47,6 +47,7 @@ class Episode:
     pending_until: int = 0
     code: int = 0
     counter: str = ""    # a rise's GPU counter ("" on a port: the IB trickle counters)
+    tau_ticks: float = 0.0   # an SBE burst's decay time constant in ticks (0: flat until b)
 
 
 @dataclass
@@ -92,11 +93,19 @@ def draw_background(world: World, rng: np.random.Generator, *, n_ticks: int, dt:
             out.append((int(rng.integers(0, parts)), a, min(n_ticks, a + max(1, int(rng.uniform(lo_s, hi_s) / dt)))))
         return out
 
+    shapes = np.random.default_rng([world.seed, 0x5BE])    # burst shapes: the other draws stay as they were
     for part, a, b in spans(r["sbe_burst_per_gpu_day"], G, 60, 1800):
         total = float(np.exp(rng.uniform(np.log(100), np.log(5000))))
         remap = bool(rng.random() < 0.5)
         pend = min(n_ticks, b + int(rng.uniform(3600, 12 * 3600) / dt)) if remap else 0
-        eps.append(Episode("sbe_burst", part, a, b, total / max(b - a, 1), remap, pend))
+        per_tick = total / max(b - a, 1)
+        tau = 0.0
+        if shapes.random() < world.ranges.sbe_burst_decay_frac:
+            # the same count, tailing off: e^(-t/tau) for 4 tau carries 98 % of tau x the onset rate
+            tau = max(1.0, log_uniform(shapes, world.ranges.sbe_burst_tau_s) / dt)
+            b, per_tick = min(n_ticks, a + max(1, int(4 * tau))), total / tau
+            pend = max(pend, b) if remap else 0
+        eps.append(Episode("sbe_burst", part, a, b, per_tick, remap, pend, tau_ticks=tau))
     for part, a, b in spans(r["ib_burst_per_port_day"], NP, 60, 900):
         total = float(np.exp(rng.uniform(np.log(20), np.log(3000))))
         eps.append(Episode("ib_burst", part, a, b, total / max(b - a, 1)))
@@ -198,11 +207,13 @@ def apply_background(ch: "Chunk", bg: Background) -> None:
         at = e.a - ch.a if ch.a <= e.a < ch.b else None
         if e.kind == "sbe_burst":
             if hi > lo:
-                ch.rate("ecc_sbe_vol")[lo:hi, e.part] += e.per_tick
+                ch.rate("ecc_sbe_vol")[lo:hi, e.part] += e.per_tick if not e.tau_ticks else \
+                    e.per_tick * np.exp(-(np.arange(ch.a + lo, ch.a + hi) - e.a) / e.tau_ticks)
             if at is not None:
                 ch.bg_event(at, e.part, 92, "High single-bit ECC error rate")
             if e.remap:
-                r = e.a + max(1, (e.b - e.a) // 2)
+                # a flat burst remaps its row half-way; a tailing one near its onset, where its errors are
+                r = e.a + max(1, (e.b - e.a) // 2 if not e.tau_ticks else int(e.tau_ticks // 2))
                 if ch.a <= r < ch.b:
                     ch.inc("remapped_rows_corr")[r - ch.a, e.part] += 1
                     ch.bg_event(r - ch.a, e.part, 63, REMAP_MESSAGE)

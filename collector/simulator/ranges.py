@@ -148,6 +148,13 @@ class WorldRanges:
     #: SBE bursts per GPU-day (100–5000 SBE in 1–30 min, a row remap + pending, XID 63/92); FR §2 SBE
     #: (Delta logged 112,656 in a day); the bursts never end in a failure
     sbe_burst_per_gpu_day: tuple[float, float] = (0.0, 0.01)
+    #: share of SBE bursts that tail off instead of stopping: the same count (100–5000) decays
+    #: exponentially with a time constant drawn from sbe_burst_tau_s (log-uniform) for four time
+    #: constants, so a burst spreads over up to half a day. FR §2 SBE: Delta's bursts reach 112,656 SBE
+    #: in one day and streaks come from a few cards; a storm that subsides is (D). Since the twelfth
+    #: session; drawn from the bursts' own random stream
+    sbe_burst_decay_frac: float = 0.5
+    sbe_burst_tau_s: tuple[float, float] = (600, 3 * 3600)
     #: share of GPUs with a PCIe replay trickle, and its rate per minute; FR §2 PCIe (≈0) and FR §4 DCGM
     #: (WARN at 16–31/min): kept 10x below the warning
     pcie_gpu_frac: tuple[float, float] = (0.0, 0.04)
@@ -255,6 +262,10 @@ TUNING_SHIFTS: dict[str, WorldRanges] = {
         "tune-background-x3", 3, "benign background rates x3 (tuning only)", sbe_frac=(0.08, 0.15),
         chronic=(2, 4), pcie_frac=(0.04, 0.1), nvlink_frac=(0.05, 0.1), noisy_port_frac=(0.25, 0.5),
         pcie_cap=8.0, ib_cap=300.0),
+    # SBE bursts 3–5x training's top (about 15–25 per 64-node day), half of them tailing off: enough of
+    # them in two recordings to see whether a model reads a benign storm as a failing HBM
+    "tune-sbe-bursts": replace(TRAINING, name="tune-sbe-bursts", shift="SBE bursts x3-5 (tuning only)",
+                               sbe_burst_per_gpu_day=(0.03, 0.05)),
 }
 
 #: Whole worlds outside TRAINING, for the shift suite (never train or tune on them).

@@ -130,6 +130,43 @@ def test_healthy_parts_rise_for_hours_and_come_back_down_from_their_own_random_s
     assert (col[gpu_rise.a:gpu_rise.b] > 0).all() and not col[:gpu_rise.a].any() and not col[gpu_rise.b:].any()
 
 
+def test_half_the_sbe_bursts_tail_off_for_hours_with_the_same_count_and_the_same_other_draws():
+    """A tailing SBE burst starts at its highest rate and decays (a storm that subsides, so a rate that
+    falls is no precursor); its shape comes from its own stream: the bursts' parts, onsets and remaps,
+    and every other episode, are the same whatever share tails off."""
+    kw = dict(n_ticks=4320, dt=10.0, gpus_per_node=8, ports_per_node=8, app_codes=RESTART_APP)
+    bg = {frac: draw_background(w, np.random.default_rng(3), **kw) for frac in (0.0, 1.0)
+          for w in [draw_world(9, replace(BUSY, sbe_burst_per_gpu_day=(1.0, 1.0), sbe_burst_decay_frac=frac), 4)]}
+    flat, tail = ([e for e in bg[f].episodes if e.kind == "sbe_burst"] for f in (0.0, 1.0))
+    assert len(flat) >= 10 and not any(e.tau_ticks for e in flat) and all(e.tau_ticks >= 60 for e in tail)
+    assert [(e.part, e.a, e.remap) for e in flat] == [(e.part, e.a, e.remap) for e in tail]
+    assert [e for e in bg[0.0].episodes if e.kind != "sbe_burst"] == [e for e in bg[1.0].episodes if e.kind != "sbe_burst"]
+
+    class Grid:  # just enough of generate.Chunk for apply_background: rates only
+        a, b, dt = 0, 4320, 10.0
+
+        def __init__(self):
+            self.rates = {}
+
+        def rate(self, name):
+            return self.rates.setdefault(name, np.zeros((4320, 32)))
+
+        def __getattr__(self, name):
+            return lambda *a, **k: np.zeros((4320, 32))
+
+    whole = [(f, e) for f, e in zip(flat, tail) if e.b < 4320]   # not cut off by the recording's end
+    assert len(whole) >= 5
+    for f, e in whole:
+        sums = []
+        for ep in (replace(f, remap=False), replace(e, remap=False)):
+            grid = Grid()
+            apply_background(grid, replace(bg[0.0], episodes=[ep], sbe_per_h=np.zeros(32)))
+            sums.append(grid.rates["ecc_sbe_vol"][:, ep.part])
+        col = sums[1][e.a:e.b]
+        assert np.all(np.diff(col) < 0) and e.b - e.a > f.b - f.a           # falls, and lasts longer
+        assert sums[1].sum() == pytest.approx(sums[0].sum(), rel=0.03)     # the same count
+
+
 def test_a_shared_nodes_gpus_run_their_own_jobs_so_some_idle_while_their_peers_work(tmp_path):
     shared = replace(TRAINING, shared_node_frac=(1.0, 1.0), idle_node_frac=(0.0, 0.0),
                      inference_node_frac=(0.0, 0.0), shared_job_s=(600, 600), shared_gap_s=(600, 600))
