@@ -10,6 +10,7 @@ def test_features_that_encode_the_sampling_interval_or_the_chassis_are_not_model
     inputs = set(model_inputs(FEATURE_NAMES))
     assert not {"sample_age_s", "samples_short", "node_gpus_scored", "net_ports"} & inputs
     assert "sampling interval" in exclusion_reason("sample_age_s")
+    assert "node_silent_s" not in inputs and exclusion_reason("node_silent_s") == exclusion_reason("sample_age_s")
     assert "chassis" in exclusion_reason("net_ports")
 
 
