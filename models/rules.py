@@ -106,8 +106,10 @@ def _remap_pending(name: str, feature: str, with_feature: str, why: str) -> Rule
 _F, _A = FaultClass, Action
 #: at least this long not ACTIVE, after having been ACTIVE, before a port drains its node (a flap recovers sooner)
 PORT_DOWN_SUSTAINED_S = 120.0
-#: a GPU's busy-peer clock deficit, averaged over its busy time, at which it is a straggler ...
-STRAGGLER_TREND = 0.15
+#: a GPU's busy-peer clock deficit, averaged over its busy time, at which it is a straggler: twice the
+#: most any healthy GPU of the tuning worlds reached (0.050 over 987 GPUs), where 0.15 missed 5 of 14
+#: stragglers (robustness.md, twelfth session, S5) ...
+STRAGGLER_TREND = 0.10
 #: ... while this tick's deficit is still above this (it has not recovered)
 STRAGGLER_NOW = 0.10
 #: ... and its utilisation is no more than this many points under its node's median (it is not idling)
