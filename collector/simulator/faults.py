@@ -27,6 +27,8 @@ from collector.schema import (
     FaultClass,
 )
 
+from .background import REMAP_MESSAGE
+
 if TYPE_CHECKING:
     from .generate import Chunk
     from .plan import Incident
@@ -96,6 +98,8 @@ def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
         for t in remap_ticks:
             if ch.a <= t < ch.b:
                 ch.inc("remapped_rows_corr")[t - ch.a, g] += 1
+                # the driver logs every row it marks, whatever the cause (a benign burst's remap logs it too)
+                ch.event(inc, t - ch.a, 63, REMAP_MESSAGE)
         lo, hi = max(remap_ticks[0], ch.a) - ch.a, min(inc.failure, ch.b) - ch.a
         if hi > lo:
             ch.g["row_remap_pending"][lo:hi, g] = 1.0
@@ -108,7 +112,7 @@ def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
             ch.event(inc, f, 64, "Row Remapper Error: failed to remap row")
             ch.event(inc, f, 95, "Uncontained: SRAM/HBM ECC error. Reset the GPU.")
         else:
-            ch.event(inc, f, 63, "Row Remapper: New row marked for remapping, reset gpu to activate.")
+            ch.event(inc, f, 63, REMAP_MESSAGE)
             ch.event(inc, f, 94, "Contained: ECC error. RST: No")
     ch.g["row_remap_pending"][failed, g] = 1.0
     if inc.variant == "remap_failure":

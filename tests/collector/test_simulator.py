@@ -92,6 +92,10 @@ def test_predictable_incidents_show_their_precursor_signature(recording):
         if f in GPU_PRECURSOR:
             for col in GPU_PRECURSOR[f]:
                 assert _growth(gpu, inc, col) > 0, (inc["id"], f, col)
+            if f == "hbm_ecc":  # each row marked before the failure is in the kernel log, as a benign remap's is
+                xid = events[(events["kind"] == "xid") & (events["node"] == inc["node"]) & (events["code"] == 63)
+                             & (events["ts"] < inc["failure_ts"] - 1)]
+                assert len(xid) == _growth(gpu, inc, "remapped_rows_corr"), inc["id"]
         elif f == "gpu_off_bus":
             assert _growth(gpu, inc, "pcie_replay") > 0, inc["id"]
         elif f == "thermal":
