@@ -3,8 +3,8 @@
 Per part, zero-inflated and heavy-tailed: most GPUs and ports log nothing, a few trickle
 steadily (lognormal rates around the world's median), a chronic card or two trickles
 hard, and rare bursts come and go: SBE bursts (half of them tailing off over hours) with a
-row remap left pending until the GPU is reset, IB error bursts, link flaps that recover, informational XIDs 63/92 and
-application XIDs; and *rises*: a healthy part's SBE, PCIe replay, NVLink CRC or IB error
+row remap left pending until the GPU is reset, IB error bursts, link flaps that recover,
+informational XIDs 63/92 and application XIDs; and *rises*: a healthy part's SBE, PCIe replay, NVLink CRC or IB error
 rate goes up mid-recording for hours and comes back down, so a sustained rise against a
 part's own rate is not, by itself, a precursor. Counters already carry history at recording start (aggregate ECC,
 remapped rows, IB counters, some stuck at their width). None of it is an incident.
