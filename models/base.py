@@ -83,8 +83,9 @@ class Detector(ABC):
         self.fitted = False
 
     def select(self, x: np.ndarray) -> np.ndarray:
-        """The detector's input columns of feature rows *x* (pipeline order)."""
-        return x if self._input_cols is None else x[..., self._input_cols]
+        """The detector's input columns of feature rows *x* (pipeline order), C-contiguous: ``x[..., cols]``
+        comes out Fortran-ordered, and the compiled trees then copied it once per ensemble member."""
+        return x if self._input_cols is None else np.take(x, self._input_cols, axis=-1)
 
     def fit(self, x: np.ndarray, y: np.ndarray | None = None, *, sample_weight: np.ndarray | None = None,
             **kw: Any) -> "Detector":
