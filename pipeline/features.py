@@ -262,11 +262,17 @@ def _stem_events(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return events, np.where(np.isfinite(events), exposure, np.nan)
 
 
-def _brake_ratio(brake_long: np.ndarray, grp: np.ndarray, n_nodes: int) -> np.ndarray:
-    """Per row: the most any *other* node braked in the long window over this row's node's own (a
-    node's brake is its worst GPU's); 0 when no other node braked, NaN when this node did not."""
+def _node_brake_long(brake_long: np.ndarray, grp: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Per node: its worst GPU's share of the long window held by HW power brake (0 where unknown)."""
     node = np.zeros(n_nodes)
     np.maximum.at(node, grp, np.nan_to_num(brake_long, nan=0.0))
+    return node
+
+
+def _brake_ratio(node: np.ndarray, grp: np.ndarray) -> np.ndarray:
+    """Per row: the most any *other* node braked in the long window over this row's node's own (*node*:
+    :func:`_node_brake_long`); 0 when no other node braked, NaN when this node did not."""
+    n_nodes = len(node)
     if n_nodes < 2:
         others = np.zeros(n_nodes)
     else:
@@ -376,9 +382,10 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
     with np.errstate(invalid="ignore"):
         braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=n_scored) > 0
-        braked = np.bincount(grp, weights=f[_BRAKE_LONG] >= BRAKE_LONG_FRAC, minlength=n_scored) > 0
+    node_brake = _node_brake_long(f[_BRAKE_LONG], grp, n_scored)
+    braked = node_brake >= BRAKE_LONG_FRAC
     f[_OTHER_BRAKE] = braking.sum() - braking[grp]
-    f[_BRAKE_RATIO] = _brake_ratio(f[_BRAKE_LONG], grp, n_scored)
+    f[_BRAKE_RATIO] = _brake_ratio(node_brake, grp)
     f[_OTHER_BRAKE_LONG] = braked.sum() - braked[grp]
     node_age = np.full(n_scored, np.inf)
     np.minimum.at(node_age, grp, f[_AGE])
