@@ -93,6 +93,23 @@ def test_healthy_parts_get_benign_background_errors(busy):
     assert (sbe > 0).any(), "no healthy GPU logs SBE"
 
 
+class _Grid:
+    """Just enough of generate.Chunk for apply_background: 32 parts' rates over *n_ticks* of 10 s."""
+
+    a, dt, G, NP = 0, 10.0, 32, 32
+
+    def __init__(self, n_ticks: int):
+        self.b, self.rates = n_ticks, {}
+
+    def rate(self, name):
+        return self.rates.setdefault(name, np.zeros((self.b, 32)))
+
+    net_rate = rate
+
+    def __getattr__(self, name):  # inc, bg_event, link_down, ...: not under test here
+        return lambda *a, **k: np.zeros((self.b, 32))
+
+
 def test_healthy_parts_rise_for_hours_and_come_back_down_from_their_own_random_stream():
     """A benign rise lifts one part's rate over its span only, and adding rises to a world
     changes none of its other draws (so the worlds recorded before them keep their content)."""
@@ -110,21 +127,7 @@ def test_healthy_parts_rise_for_hours_and_come_back_down_from_their_own_random_s
     # rendered: the part's rate is up inside the span and back at its trickle outside it
     gpu_rise = next(e for e in rises if e.counter and 0 < e.a and e.b < 720)
 
-    class Grid:  # just enough of generate.Chunk for apply_background
-        a, b, dt, G, NP = 0, 720, 10.0, 32, 32
-
-        def __init__(self):
-            self.rates = {}
-
-        def rate(self, name):
-            return self.rates.setdefault(name, np.zeros((720, 32)))
-
-        net_rate = rate
-
-        def __getattr__(self, name):  # inc, bg_event, link_down, ...: not under test here
-            return lambda *a, **k: np.zeros((720, 32))
-
-    grid = Grid()
+    grid = _Grid(720)
     apply_background(grid, replace(with_rises, episodes=[gpu_rise]))
     col = grid.rates[gpu_rise.counter][:, gpu_rise.part] - (grid.rates[gpu_rise.counter][0, gpu_rise.part])
     assert (col[gpu_rise.a:gpu_rise.b] > 0).all() and not col[:gpu_rise.a].any() and not col[gpu_rise.b:].any()
@@ -143,24 +146,12 @@ def test_half_the_sbe_bursts_tail_off_for_hours_with_the_same_count_and_the_same
     others = [[e for e in bg[f].episodes if e.kind != "sbe_burst"] for f in (0.0, 1.0)]
     assert others[0] == others[1]
 
-    class Grid:  # just enough of generate.Chunk for apply_background: rates only
-        a, b, dt = 0, 4320, 10.0
-
-        def __init__(self):
-            self.rates = {}
-
-        def rate(self, name):
-            return self.rates.setdefault(name, np.zeros((4320, 32)))
-
-        def __getattr__(self, name):
-            return lambda *a, **k: np.zeros((4320, 32))
-
     whole = [(f, e) for f, e in zip(flat, tail) if e.b < 4320]   # not cut off by the recording's end
     assert len(whole) >= 5
     for f, e in whole:
         sums = []
         for ep in (replace(f, remap=False), replace(e, remap=False)):
-            grid = Grid()
+            grid = _Grid(4320)
             apply_background(grid, replace(bg[0.0], episodes=[ep], sbe_per_h=np.zeros(32)))
             sums.append(grid.rates["ecc_sbe_vol"][:, ep.part])
         col = sums[1][e.a:e.b]
