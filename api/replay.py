@@ -146,14 +146,15 @@ class Replayer:
                         rec.path / "net.parquet")
         m = rec.manifest
         pipe = FeaturePipeline(self.pipeline_settings)
-        operator = rec.events(sources=("operator",))  # one filtered scan, not the BMC readings
+        clock = self.clock = StageClock()
+        t0, c0 = time.perf_counter(), time.process_time()
+        operator = rec.events(sources=("operator",))  # with the scan the event windows need: one pass
+        clock.cpu["read"] += time.process_time() - c0
         self.maintenance = MaintenanceSchedule.from_frame(operator)
         result = ReplayResult(operator_events=operator_timeline(operator))
         states = [PolicyState(), PolicyState()]
         pending: list[FeatureBatch] = []
         rows = 0
-        clock = self.clock = StageClock()
-        t0, c0 = time.perf_counter(), time.process_time()
         cad = self.pipeline_settings.cadence_s
         window_s = max(1, round(READ_WINDOW_S / cad)) * cad  # whole ticks per read window
         windows = rec.iter_windows(window_s, align=cad, columns=RECORDING_COLUMNS)  # only what the pipeline uses

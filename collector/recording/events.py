@@ -12,7 +12,10 @@ window is two passes over the file:
    *lag*: the most a valid event's ``ts`` falls behind the largest ``ts`` read before
    it (0 for a file in time order, as our writer and the agent write it). A line is
    parsed and validated (:func:`collector.schema.validate_record`) only when it would
-   move the range or the lag, or its ``ts`` is not the plain number it starts with.
+   move the range or the lag, or its ``ts`` is not the plain number it starts with. The
+   file is read a block at a time, and a block of such lines is scanned in bulk
+   (:mod:`.blocks`). A replay's few operator events are picked out in the same pass
+   (:func:`scan_and_read_events`).
 2. :class:`EventWindows` parses each line into the rows of its window and hands window
    *k* out once it has read a line ``lag`` seconds past the window's end: no later valid
    line can belong to it (a late invalid one is counted as rejected). It holds
@@ -29,13 +32,12 @@ null. :func:`read_events` reads the whole file, or only some sources and kinds.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 import orjson
@@ -43,7 +45,8 @@ import pandas as pd
 
 from collector.schema import RecordType, empty_frame, validate_frame, validate_record
 
-from .jsonl import iter_jsonl
+from .blocks import iter_blocks, leading_ts
+from .jsonl import iter_jsonl, parse_lines
 
 log = logging.getLogger(__name__)
 
@@ -70,34 +73,83 @@ def scan_events(path: Path) -> EventScan:
     """One pass over *path*, nothing kept per line (see the module docstring).
 
     A line is parsed only when its ``ts`` cannot be read from its start (:func:`_leading_ts`)
-    or it would move the range or the lag, so a file in time order costs a float per line.
+    or it would move the range or the lag, so a file in time order costs a float per line
+    (read a block at a time: :mod:`.blocks`).
     """
-    lo, hi, top, lag, n = math.inf, -math.inf, -math.inf, 0.0, 0
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        for line in fh:
-            obj = None
-            ts = _leading_ts(line)
-            if ts is None:
-                obj = _loads(line)
-                if obj is None:
-                    continue
-                ts = obj.get("ts")
-                if not _is_ts(ts):
-                    n += 1
-                    continue
-            n += 1
-            if ts >= top:
-                top = ts
-            elif top - ts > lag:  # a valid line this far behind: windows wait that long for it
-                obj = obj or _loads(line)
-                if _valid(obj):
-                    lag = max(lag, top - obj["ts"])
-            if ts < lo or ts > hi:  # an extreme counts only if its event is valid
-                obj = obj or _loads(line)
-                if _valid(obj):
-                    lo, hi = min(lo, obj["ts"]), max(hi, obj["ts"])
-    return EventScan(float(lo), float(hi), float(lag), n)
+    return _scan(path, None)[0]
+
+
+def _scan(path: Path, keep: Callable[[bytes], bool] | None) -> tuple[EventScan, list[tuple[int, bytes]]]:
+    """:func:`scan_events`, and the (line number, line) of the lines *keep* passes."""
+    st = _ScanState()
+    kept: list[tuple[int, bytes]] = []
+    for block in iter_blocks(path):
+        if keep is not None and keep(block.raw):  # no line of a block without the words holds them
+            kept.extend((block.first + i, ln) for i, ln in enumerate(block.lines) if keep(ln))
+        ts = leading_ts(block)
+        if ts is None:
+            for ln in block.lines:
+                st.line(ln)
+        else:
+            st.bulk(block.lines, ts)
+    return EventScan(float(st.lo), float(st.hi), float(st.lag), st.n), kept
+
+
+class _ScanState:
+    """What :func:`scan_events` carries from line to line: valid events' range, largest ts, lag."""
+
+    def __init__(self) -> None:
+        self.lo, self.hi, self.top, self.lag, self.n = math.inf, -math.inf, -math.inf, 0.0, 0
+
+    def line(self, line: bytes) -> None:
+        obj = None
+        ts = _leading_ts(line)
+        if ts is None:
+            obj = _loads(line)
+            if obj is None:
+                return
+            ts = obj.get("ts")
+            if not _is_ts(ts):
+                self.n += 1
+                return
+        self.n += 1
+        if ts >= self.top:
+            self.top = ts
+        elif self.top - ts > self.lag:  # a valid line this far behind: windows wait that long for it
+            obj = obj or _loads(line)
+            if _valid(obj):
+                self.lag = max(self.lag, self.top - obj["ts"])
+        if ts < self.lo or ts > self.hi:  # an extreme counts only if its event is valid
+            obj = obj or _loads(line)
+            if _valid(obj):
+                self.lo, self.hi = min(self.lo, obj["ts"]), max(self.hi, obj["ts"])
+
+    def bulk(self, lines: list[bytes], ts: np.ndarray) -> None:
+        """Lines that all start with their ts (:func:`.blocks.leading_ts`): the same outcome as
+        :meth:`line` on each in turn. The lag is the most a valid line falls behind the largest
+        ts before it, and the range the extreme valid ts: only the candidates for those are
+        parsed, the most extreme first, until one is valid."""
+        self.n += len(lines)
+        before = np.maximum.accumulate(np.concatenate(([self.top], ts[:-1])))
+        behind = before - ts
+        for i, obj in _valid_first(lines, behind, behind > self.lag):
+            self.lag = max(self.lag, float(before[i]) - obj["ts"])
+        for _, obj in _valid_first(lines, ts, ts > self.hi):
+            self.hi = max(self.hi, obj["ts"])
+        for _, obj in _valid_first(lines, -ts, ts < self.lo):
+            self.lo = min(self.lo, obj["ts"])
+        self.top = max(self.top, float(ts.max()))
+
+
+def _valid_first(lines: list[bytes], key: np.ndarray, candidate: np.ndarray) -> list[tuple[int, dict[str, Any]]]:
+    """The candidate line with the largest *key* whose event is valid, with its event (none
+    when no candidate is valid), trying candidates from the largest key down."""
+    idx = np.flatnonzero(candidate)
+    for i in idx[np.argsort(-key[idx], kind="stable")]:
+        obj = _loads(lines[i])
+        if _valid(obj):
+            return [(int(i), obj)]
+    return []
 
 
 def _leading_ts(line: bytes) -> float | None:
@@ -205,7 +257,26 @@ def read_events(path: Path, sources: Collection[str] | None = None, kinds: Colle
     *kinds* (``None``: any), validated and sorted by ts. Rows left out never reach a frame,
     and a line that does not hold one of the names as a JSON string is not even parsed
     (JSON writers escape no letter, digit, ``_`` or ``-``, so such names are written as is)."""
-    cols, bad = EventColumns(), []
+    maybe, wanted = _selection(sources, kinds)
+    bad: list[str] = []
+    return _selected_frame(path, iter_jsonl(path, bad, maybe), wanted, bad)
+
+
+def scan_and_read_events(path: Path, sources: Collection[str] | None = None,
+                         kinds: Collection[str] | None = None) -> tuple[EventScan, pd.DataFrame]:
+    """:func:`scan_events` and :func:`read_events` (*sources*, *kinds*) in one pass over the file:
+    a replay needs the scan and the few operator events, and a second pass over a file of BMC
+    readings cost as much as the scan."""
+    maybe, wanted = _selection(sources, kinds)
+    scan, kept = _scan(path, maybe or (lambda line: True))
+    bad: list[str] = []
+    return scan, _selected_frame(path, parse_lines(kept, bad), wanted, bad)
+
+
+def _selection(sources: Collection[str] | None, kinds: Collection[str] | None
+               ) -> tuple[Callable[[bytes], bool] | None, Callable[[dict[str, Any]], bool]]:
+    """A test on a line's bytes that every wanted event passes (``None`` when it cannot be
+    told from the bytes), and the test on the parsed event."""
     src = None if sources is None else frozenset(sources)
     knd = None if kinds is None else frozenset(kinds)
     groups = [g for g in (src, knd) if g is not None]
@@ -215,8 +286,17 @@ def read_events(path: Path, sources: Collection[str] | None = None, kinds: Colle
     def maybe(line: bytes) -> bool:
         return all(any(x in line for x in group) for group in needles)
 
-    for obj in iter_jsonl(path, bad, maybe if needles and plain else None):
-        if (src is None or obj.get("source") in src) and (knd is None or obj.get("kind") in knd):
+    def wanted(obj: dict[str, Any]) -> bool:
+        return (src is None or obj.get("source") in src) and (knd is None or obj.get("kind") in knd)
+
+    return (maybe if needles and plain else None), wanted
+
+
+def _selected_frame(path: Path, objs: Any, wanted: Callable[[dict[str, Any]], bool], bad: list[str]
+                    ) -> pd.DataFrame:
+    cols = EventColumns()
+    for obj in objs:
+        if wanted(obj):
             cols.append(obj)
     rejected: list[str] = []
     out = validated(cols, rejected)

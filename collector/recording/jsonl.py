@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -22,21 +22,28 @@ def iter_jsonl(path: Path, bad: list[str], line_filter: Callable[[bytes], bool] 
     only the lines it passes (raw bytes) are parsed at all."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as fh:
-        for i, line in enumerate(fh, 1):
-            if line_filter is not None and not line_filter(line):
-                continue
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                bad.append(f"line {i}: not valid JSON ({e})")
-                continue
-            if not isinstance(obj, dict):
-                bad.append(f"line {i}: not a JSON object")
-                continue
-            yield obj
+        numbered = enumerate(fh, 1)
+        if line_filter is not None:
+            numbered = ((i, line) for i, line in numbered if line_filter(line))
+        yield from parse_lines(numbered, bad)
+
+
+def parse_lines(numbered: Iterable[tuple[int, bytes]], bad: list[str]) -> Iterator[dict[str, Any]]:
+    """The objects of (line number, line) pairs; blank lines skipped, the reason for each line
+    that is not a JSON object appended to *bad*."""
+    for i, line in numbered:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            bad.append(f"line {i}: not valid JSON ({e})")
+            continue
+        if not isinstance(obj, dict):
+            bad.append(f"line {i}: not a JSON object")
+            continue
+        yield obj
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from collector.schema import RecordType, empty_frame, validate_frame, validate_incident
 
-from .events import EventScan, EventWindows, read_events, scan_events
+from .events import EventScan, EventWindows, read_events, scan_and_read_events, scan_events
 from .jsonl import jsonl_path, read_jsonl
 from .manifest import Manifest, RecordingError
 from .tables import open_table
@@ -79,7 +79,9 @@ class Recording:
         All of them by default: the whole file in memory (kept for the next call). With
         *sources* and/or *kinds*, only the events whose ``source`` / ``kind`` is one of them,
         chosen line by line before any frame is built (``sources=("operator",)`` reads the few
-        operator events of a file of BMC readings in little memory); not kept.
+        operator events of a file of BMC readings in little memory); not kept. The first such
+        read also scans the file for :meth:`iter_windows` (:func:`.events.scan_and_read_events`),
+        so a replay passes over the file twice, not three times.
         """
         p = jsonl_path(self.path, "events")
         if p is None:
@@ -88,6 +90,9 @@ class Recording:
             if self._events is None:
                 self._events = read_events(p)
             return self._events
+        if self._event_scan is None:
+            self._event_scan, selected = scan_and_read_events(p, sources, kinds)
+            return selected
         return read_events(p, sources, kinds)
 
     def _events_scanned(self) -> tuple[Path, EventScan] | None:

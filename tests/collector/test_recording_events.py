@@ -185,3 +185,47 @@ def test_a_filtered_read_judges_the_parsed_event_not_the_words_on_its_line(simul
     assert ops["source"].tolist() == ["operator"] * 3 and ops["ts"].iloc[0] == t0 + 6.0
     xids = open_recording(root).events(kinds=("xid",))
     assert (xids["kind"] == "xid").all() and t0 + 5.0 in set(xids["ts"])
+
+
+@pytest.mark.parametrize("block_bytes", [1, 3000, None])
+def test_a_scan_by_blocks_of_any_size_gives_what_a_line_by_line_scan_gives(simulated, tmp_path, monkeypatch,
+                                                                            caplog, block_bytes):
+    """Blocks whose lines all start with their ts are scanned in bulk, any other block line by
+    line. On a file with lines out of order, bad lines and lines whose ts is not first, the scan,
+    the windows and the rejections are those of the line-by-line scan, whatever the block size
+    (one line; a few lines, so blocks of both kinds; the default)."""
+    from collector.recording import blocks, events
+
+    lines = (simulated / "events.jsonl").read_bytes().splitlines()
+    t0 = orjson.loads(lines[0])["ts"]
+    mixed = [ln for i in range(0, len(lines), 40) for ln in reversed(lines[i:i + 40])]
+    odd = [b"not json", b"", orjson.dumps({"node": "gpu-node-001", "ts": t0 + 50.0, "source": "kmsg", "kind": "xid",
+                                           "code": 79}),  # ts not first: parsed to be read
+           orjson.dumps({"ts": t0 - 86400.0, "source": "kmsg", "kind": "xid", "code": 79}),  # invalid, far early
+           orjson.dumps({"ts": t0 + 100.0, "node": "gpu-node-002", "source": "kmsg", "kind": "xid", "code": 79.5})]
+    root = _copy_with_events(simulated, tmp_path / "odd", mixed[:300] + odd + mixed[300:])
+    path = root / "events.jsonl"
+
+    def read() -> tuple:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="collector.recording.events"):
+            got = streamed_windows(root)
+        return scan_events(path), got, [r.getMessage() for r in caplog.records]
+
+    if block_bytes:
+        monkeypatch.setattr(blocks, "BLOCK_BYTES", block_bytes)
+    bulk = read()
+    monkeypatch.setattr(events, "leading_ts", lambda block: None)   # every block line by line
+    assert bulk == read()
+    assert bulk[0].lag > 0 and bulk[1] == whole_read_windows(root)
+    assert any("event lines rejected" in m for m in bulk[2])
+
+
+def test_operator_events_read_with_the_scan_are_the_filtered_reads(simulated):
+    """The first filtered read of a recording scans the file too (one pass for a replay): the same
+    rows as a filtered read alone, and the same scan as a scan alone."""
+    rec = open_recording(simulated)
+    ops = rec.events(sources=("operator",))
+    assert rec._event_scan == scan_events(simulated / "events.jsonl")
+    assert records(ops) == records(open_recording(simulated).events()[lambda d: d["source"] == "operator"])
+    assert len(ops) == 2
