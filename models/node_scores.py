@@ -48,6 +48,9 @@ class NodeScores:
     #: whether the GPU with the highest p_fail logged corrected ECC errors in the short window; True also where
     #: its counter is missing (unknown is not quiet); None: not known for any node
     sbe_now: np.ndarray | None = None
+    #: PCIe replays per minute of the GPU with the highest p_fail, short window (NaN: its counter is
+    #: missing); None: not known for any node (PolicyConfig.pcie_warn_per_min)
+    pcie_per_min: np.ndarray | None = None
     #: per node: an acting rule's condition holds on it but a veto stops the rule (a shared cause, such as
     #: another node braking too). Not a reason for a new action; evidence still present on a node gpuops
     #: holds (PolicyConfig.vetoed_rule_keeps_hold). None: not known for any node
@@ -80,6 +83,8 @@ class NodeScores:
 
 #: the feature behind ``NodeScores.sbe_now``: corrected ECC errors in the short window
 SBE_NOW = "ecc_sbe_per_h_short"
+#: the feature behind ``NodeScores.pcie_per_min``: PCIe replays per minute in the short window
+PCIE_NOW = "pcie_replay_per_min_short"
 
 
 def score_batches(bundle: ModelBundle, batches: Sequence[FeatureBatch]) -> list[ScoreBatch]:
@@ -121,6 +126,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     on_node = np.array([r.on_node for r in rules.rules] + [False])
     rule_gpu = np.where(on_node[rule], -1, batch.gpu[rule_row]).astype(int)  # evidence naming no GPU: the node
     sbe = ~(batch.column(SBE_NOW)[row] <= 0) if SBE_NOW in batch.names else None  # NaN (no counter): True
+    pcie = batch.column(PCIE_NOW)[row].astype(np.float64) if PCIE_NOW in batch.names else None
     vetoed = None
     if scores.rule_vetoed is not None:
         acting = np.array([r.action.acts for r in rules.rules] + [False])
@@ -128,4 +134,4 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe,
-                      rule_vetoed=vetoed)
+                      pcie_per_min=pcie, rule_vetoed=vetoed)

@@ -62,6 +62,8 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
     }
     if ns.cold is not None:
         msg["cold"] = np.asarray(ns.cold, bool).tolist()
+    if ns.pcie_per_min is not None:  # NaN (counter missing) as null
+        msg["pcie_per_min"] = [round(float(v), 3) if np.isfinite(v) else None for v in ns.pcie_per_min]
     if ns.rule_vetoed is not None:
         msg["rule_vetoed"] = np.asarray(ns.rule_vetoed, bool).tolist()
     if extra:
@@ -97,8 +99,10 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             None if m.get("anomaly_gpu") is None else np.array(m["anomaly_gpu"], int),
             cold=None if m.get("cold") is None else np.array(m["cold"], bool),
             sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool),
+            pcie_per_min=None if m.get("pcie_per_min") is None else np.array(
+                [np.nan if v is None else v for v in m["pcie_per_min"]], float),
             rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool))
-        for c in ("cold", "rule_vetoed"):  # optional columns: absent (an older scorer) is None, never short
+        for c in ("cold", "pcie_per_min", "rule_vetoed"):  # optional columns: absent (an older scorer) is None, never short
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")

@@ -179,6 +179,7 @@ class NodeState:
     healthy_since: float | None = None
     predicted_action_at: float | None = None  # last action taken on a prediction (retry cap)
     sbe_at: float | None = None             # the predicted GPU last logged corrected ECC errors (hbm_recent_sbe_s)
+    pcie_at: float | None = None            # the predicted GPU's PCIe replays last reached pcie_warn_per_min
     episodes: tuple[AlertEpisode, ...] = ()
     alert_times: tuple[float, ...] = ()       # alerts sent in the last RATE_WINDOW_S
 
@@ -246,8 +247,14 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
     if cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None:
         sbe_at = now if s.sbe_now[i] else (sbe_at if sbe_at is not None and now - sbe_at <= cfg.hbm_recent_sbe_s
                                            else None)
+    pcie_gate = cfg.pcie_warn_per_min > 0 and s.pcie_per_min is not None
+    pcie_at = ns.pcie_at
+    if pcie_gate:
+        pcie_at = now if not s.pcie_per_min[i] < cfg.pcie_warn_per_min else (  # NaN (no counter): not gated
+            pcie_at if pcie_at is not None and now - pcie_at <= cfg.pcie_warn_memory_s else None)
     above = fault is not None and p >= floors.act(cfg, fault) and not (
-        fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
+        fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None) and not (
+        fault is FaultClass.PCIE and pcie_gate and pcie_at is None)
     above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
     high_since = (ns.high_since if ns.high_since is not None else now) if high else None
@@ -260,11 +267,12 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         rule_at, rule_fault = now, s.rule_fault_class(i)
     elif rule_at is not None and now - rule_at > window:
         rule_at, rule_fault = None, None
-    if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at) == (
-            ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault, ns.sbe_at):
+    if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at, pcie_at) == (
+            ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault, ns.sbe_at,
+            ns.pcie_at):
         return ns
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
-                   rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at)
+                   rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at)
 
 
 def _strange_run(ns: NodeState, anomaly: float, now: float, level: float, cfg: PolicyConfig) -> NodeState:
