@@ -102,7 +102,7 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             pcie_per_min=None if m.get("pcie_per_min") is None else np.array(
                 [np.nan if v is None else v for v in m["pcie_per_min"]], float),
             rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool))
-        for c in ("cold", "pcie_per_min", "rule_vetoed"):  # optional columns: absent (an older scorer) is None, never short
+        for c in ("cold", "pcie_per_min", "rule_vetoed"):  # optional: absent (an older scorer) is None, never short
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")

@@ -162,16 +162,19 @@ class PolicyConfig(BaseModel):
         "drains in place (their errors were still coming) and cost predictive catches where SBE counters were "
         "missing, which then read as quiet (fixed since; not re-judged): bench/results/robustness.md.")
     pcie_warn_per_min: float = Field(
-        0.0, ge=0,
+        16.0, ge=0,
         description="When > 0, a pcie prediction counts as above its threshold only while the predicted GPU's "
         "PCIe replays reached this many per minute (short window) within pcie_warn_memory_s (a GPU whose counter "
         "is missing is never gated). DCGM's health watch warns above ceil(1e-12 x lane rate x 60 x lanes) "
         "replays per minute: 16 on Gen4 x16, 31 on Gen5 x16, the link's bit-error budget on every fleet; a "
-        "steady trickle under it is a link within its specification, not a failing one. 0 (off).")
+        "steady trickle under it is a link within its specification, not a failing one. 16 (the lower line); 0: "
+        "off. On the tuning worlds it removed one of 20 false drains (a trickle of 4 per minute on tune-311) and "
+        "cost no catch, ahead or late (robustness.md, thirteenth session, W16).")
     pcie_warn_memory_s: float = Field(
         1800.0, gt=0,
         description="How long (telemetry seconds) a GPU's PCIe replay rate at or above pcie_warn_per_min keeps its "
-        "pcie prediction able to act (the long window).")
+        "pcie prediction able to act (the long window); remembered from the ticks its node is watched (a "
+        "probability at or above the lower of alert_threshold and clear_threshold), as hbm_recent_sbe_s is.")
     vetoed_rule_keeps_hold: bool = Field(
         True,
         description="A node gpuops holds is not healthy while an acting rule's condition holds on it but a veto "

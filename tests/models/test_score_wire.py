@@ -56,3 +56,13 @@ def test_scores_from_a_scorer_that_knows_no_vetoes_read_as_none_and_a_short_colu
     msg["rule_vetoed"] = [True]
     with pytest.raises(ScoresFormatError, match="rule_vetoed"):
         decode_scores(orjson.dumps(msg))
+
+
+def test_the_predicted_gpus_pcie_rate_survives_the_round_trip_with_a_missing_counter_as_nan():
+    from dataclasses import replace
+
+    ns = replace(tick(), pcie_per_min=np.array([3.9, np.nan, 40.0]))
+    back, _, msg = decode_scores(encode_scores(ns))
+    assert msg["pcie_per_min"] == [3.9, None, 40.0]
+    assert back.pcie_per_min[0] == 3.9 and np.isnan(back.pcie_per_min[1]) and back.pcie_per_min[2] == 40.0
+    assert decode_scores(encode_scores(tick()))[0].pcie_per_min is None  # a scorer that sends none: no gate

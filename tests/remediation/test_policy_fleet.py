@@ -116,3 +116,40 @@ def test_an_hbm_prediction_with_errors_still_coming_acts_with_the_recent_sbe_gat
 def test_scores_without_the_sbe_signal_are_never_gated():
     out, _ = run([hbm(0.95, None)] * 5, SBE_GATE)
     assert [x.action for x in out if x.action is Action.DRAIN] == [Action.DRAIN]
+
+
+def pcie(p: float, per_min: float | None) -> NodeScores:
+    s = fleet([p], fault="pcie")
+    s.pcie_per_min = None if per_min is None else np.array([per_min])
+    return s
+
+
+PCIE_GATE = CFG  # on by default: DCGM's Gen4 x16 line, remembered for the long window
+
+
+def drains(out: list) -> list:
+    return [x for x in out if x.action is Action.DRAIN]
+
+
+def test_a_pcie_prediction_on_a_trickle_under_the_dcgm_line_does_not_act_with_the_gate():
+    assert (PCIE_GATE.pcie_warn_per_min, PCIE_GATE.pcie_warn_memory_s) == (16.0, 1800.0)
+    ticks = [pcie(0.95, 3.9)] * 30                             # a steady benign trickle, 4 per minute
+    assert drains(run(ticks, PCIE_GATE)[0]) == []
+    assert len(drains(run(ticks, CFG.model_copy(update={"pcie_warn_per_min": 0.0}))[0])) == 1  # off: it drains
+
+
+def test_a_pcie_prediction_acts_while_the_link_ran_above_the_line_within_the_memory():
+    burst = [pcie(0.5, 40.0)]                                 # one minute above the line, watched ...
+    late = burst + [pcie(0.95, 8.0)] * 35                      # ... then a prediction on a rate under it
+    out = drains(run(late, PCIE_GATE)[0])
+    assert len(out) == 1 and out[0].ts <= 60.0 * 30            # within the 30 min the line is remembered
+    forgotten = burst + [pcie(0.5, 8.0)] * 31 + [pcie(0.95, 8.0)] * 5
+    assert drains(run(forgotten, PCIE_GATE)[0]) == []          # past the memory: a trickle again
+
+
+def test_only_pcie_predictions_are_gated_and_a_missing_counter_never_is():
+    assert len(drains(run([pcie(0.95, float("nan"))] * 5, PCIE_GATE)[0])) == 1  # unknown is not quiet
+    assert len(drains(run([pcie(0.95, None)] * 5, PCIE_GATE)[0])) == 1          # an older scorer: no gate
+    other = fleet([0.95], fault="nvlink")
+    other.pcie_per_min = np.array([0.0])
+    assert len(drains(run([other] * 5, PCIE_GATE)[0])) == 1
