@@ -170,6 +170,10 @@ class PolicyConfig(BaseModel):
         "steady trickle under it is a link within its specification, not a failing one. 16 (the lower line); 0: "
         "off. On the tuning worlds it removed one of 20 false drains (a trickle of 4 per minute on tune-311) and "
         "cost no catch, ahead or late (robustness.md, thirteenth session, W16).")
+    pcie_warn_faults: list[FaultClass] = Field(
+        default_factory=lambda: [FaultClass.PCIE],
+        description="The fault classes whose predictions pcie_warn_per_min gates: those that rest on the GPU's PCIe "
+        "link.")
     pcie_warn_memory_s: float = Field(
         1800.0, gt=0,
         description="How long (telemetry seconds) a GPU's PCIe replay rate at or above pcie_warn_per_min keeps its "

@@ -254,7 +254,7 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
             pcie_at if pcie_at is not None and now - pcie_at <= cfg.pcie_warn_memory_s else None)
     above = fault is not None and p >= floors.act(cfg, fault) and not (
         fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None) and not (
-        fault is FaultClass.PCIE and pcie_gate and pcie_at is None)
+        pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None)
     above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
     high_since = (ns.high_since if ns.high_since is not None else now) if high else None
