@@ -179,7 +179,8 @@ class NodeState:
     healthy_since: float | None = None
     predicted_action_at: float | None = None  # last action taken on a prediction (retry cap)
     sbe_at: float | None = None             # the predicted GPU last logged corrected ECC errors (hbm_recent_sbe_s)
-    pcie_at: float | None = None            # the predicted GPU's PCIe replays last reached pcie_warn_per_min
+    pcie_at: float | None = None            # the predicted GPU's PCIe replays last read at/above pcie_warn_per_min
+    pcie_quiet_at: float | None = None      # ... and last read under it
     episodes: tuple[AlertEpisode, ...] = ()
     alert_times: tuple[float, ...] = ()       # alerts sent in the last RATE_WINDOW_S
 
@@ -248,13 +249,16 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         sbe_at = now if s.sbe_now[i] else (sbe_at if sbe_at is not None and now - sbe_at <= cfg.hbm_recent_sbe_s
                                            else None)
     pcie_gate = cfg.pcie_warn_per_min > 0 and s.pcie_per_min is not None
-    pcie_at = ns.pcie_at
-    if pcie_gate:
-        pcie_at = now if not s.pcie_per_min[i] < cfg.pcie_warn_per_min else (  # NaN (no counter): not gated
-            pcie_at if pcie_at is not None and now - pcie_at <= cfg.pcie_warn_memory_s else None)
+    pcie_at, pcie_quiet_at = ns.pcie_at, ns.pcie_quiet_at
+    if pcie_gate:  # the last known readings decide; a tick without one (NaN) changes neither
+        rate, mem = float(s.pcie_per_min[i]), cfg.pcie_warn_memory_s
+        pcie_at = now if rate >= cfg.pcie_warn_per_min else (pcie_at if pcie_at is not None and now - pcie_at <= mem
+                                                             else None)
+        pcie_quiet_at = now if rate < cfg.pcie_warn_per_min else (
+            pcie_quiet_at if pcie_quiet_at is not None and now - pcie_quiet_at <= mem else None)
     above = fault is not None and p >= floors.act(cfg, fault) and not (
         fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None) and not (
-        pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None)
+        pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None and pcie_quiet_at is not None)
     above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
     high_since = (ns.high_since if ns.high_since is not None else now) if high else None
@@ -267,12 +271,13 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         rule_at, rule_fault = now, s.rule_fault_class(i)
     elif rule_at is not None and now - rule_at > window:
         rule_at, rule_fault = None, None
-    if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at, pcie_at) == (
+    if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at, pcie_at, pcie_quiet_at) == (
             ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault, ns.sbe_at,
-            ns.pcie_at):
+            ns.pcie_at, ns.pcie_quiet_at):
         return ns
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
-                   rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at)
+                   rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at,
+                   pcie_quiet_at=pcie_quiet_at)
 
 
 def _strange_run(ns: NodeState, anomaly: float, now: float, level: float, cfg: PolicyConfig) -> NodeState:
