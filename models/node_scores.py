@@ -49,7 +49,8 @@ class NodeScores:
     #: its counter is missing (unknown is not quiet); None: not known for any node
     sbe_now: np.ndarray | None = None
     #: PCIe replays per minute of the GPU with the highest p_fail, short window (NaN: its counter is
-    #: missing); None: not known for any node (PolicyConfig.pcie_warn_per_min)
+    #: missing, or no sample of it fell in the window); None: not known for any node
+    #: (PolicyConfig.pcie_warn_per_min)
     pcie_per_min: np.ndarray | None = None
     #: per node: an acting rule's condition holds on it but a veto stops the rule (a shared cause, such as
     #: another node braking too). Not a reason for a new action; evidence still present on a node gpuops

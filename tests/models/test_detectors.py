@@ -242,6 +242,17 @@ def test_node_aggregation_says_whether_the_worst_gpu_logged_corrected_errors_thi
     assert aggregate(batch, sc, bundle.rules).sbe_now.tolist() == [True, True]
 
 
+def test_node_aggregation_carries_the_worst_gpus_pcie_replay_rate():
+    x = np.zeros((4, F), np.float32)
+    x[:, col("pcie_replay_per_min_short")] = [40.0, 3.0, np.nan, 20.0]
+    batch = FeatureBatch(60.0, np.array(["a", "a", "b", "b"], object), np.array([0, 1, 0, 1], np.int16), x)
+    bundle = ModelBundle.rules_only()
+    (sc,) = score_batches(bundle, [batch])
+    sc.p_fail[:] = [0.1, 0.9, 0.9, 0.1]           # a's worst GPU is 1 (3 per minute), b's is 0 (no reading)
+    got = aggregate(batch, sc, bundle.rules).pcie_per_min
+    assert got[0] == 3.0 and np.isnan(got[1])
+
+
 def test_many_ticks_scored_at_once_equal_ticks_scored_one_by_one():
     x, y = _toy(600)
     clf = FailureClassifier(FEATURE_NAMES, max_iter=10).fit(x, y, x_val=x, y_val=y)

@@ -153,3 +153,12 @@ def test_only_pcie_predictions_are_gated_and_a_missing_counter_never_is():
     other = fleet([0.95], fault="nvlink")
     other.pcie_per_min = np.array([0.0])
     assert len(drains(run([other] * 5, PCIE_GATE)[0])) == 1
+
+
+def test_a_tick_without_a_reading_leaves_the_pcie_gate_as_the_last_reading_left_it():
+    quiet = [pcie(0.5, 2.0)] * 3                              # watched, reading under the line
+    nan = float("nan")
+    assert drains(run(quiet + [pcie(0.95, nan)] * 5, PCIE_GATE)[0]) == []      # an empty short window is not news
+    assert len(drains(run([pcie(0.5, 40.0)] + [pcie(0.95, nan)] * 5, PCIE_GATE)[0])) == 1  # nor is it after the line
+    stale = quiet + [pcie(0.5, nan)] * 31 + [pcie(0.95, nan)] * 5             # the quiet reading is 30 min old ...
+    assert len(drains(run(stale, PCIE_GATE)[0])) == 1                          # ... so unknown again: not gated
