@@ -163,17 +163,20 @@ class PolicyConfig(BaseModel):
         "missing, which then read as quiet (fixed since; not re-judged): bench/results/robustness.md.")
     pcie_warn_per_min: float = Field(
         16.0, ge=0,
-        description="When > 0, a pcie prediction counts as above its threshold only while the predicted GPU's "
-        "PCIe replays reached this many per minute (short window) within pcie_warn_memory_s (a GPU whose counter "
-        "is missing is never gated). DCGM's health watch warns above ceil(1e-12 x lane rate x 60 x lanes) "
-        "replays per minute: 16 on Gen4 x16, 31 on Gen5 x16, the link's bit-error budget on every fleet; a "
+        description="When > 0, a prediction of a class in pcie_warn_faults does not count as above its threshold "
+        "while the predicted GPU's last known PCIe replay rate (short window) within pcie_warn_memory_s was under "
+        "this many per minute and none reached it (a tick without a reading changes nothing; a GPU with no known "
+        "reading in that time is not gated: unknown is not quiet). DCGM's health watch warns above "
+        "ceil(1e-12 x lane rate x 60 x lanes) replays per minute: 16 on Gen4 x16, 31 on Gen5 x16, the link's bit-error budget on every fleet; a "
         "steady trickle under it is a link within its specification, not a failing one. 16 (the lower line); 0: "
-        "off. On the tuning worlds it removed one of 20 false drains (a trickle of 4 per minute on tune-311) and "
-        "cost no catch, ahead or late (robustness.md, thirteenth session, W16).")
+        "off. On the tuning worlds it removed two of 20 false drains (trickles of 2-4 per minute) and cost no "
+        "catch, ahead or late (robustness.md, thirteenth session, W16, W18).")
     pcie_warn_faults: list[FaultClass] = Field(
-        default_factory=lambda: [FaultClass.PCIE],
+        default_factory=lambda: [FaultClass.PCIE, FaultClass.GPU_OFF_BUS],
         description="The fault classes whose predictions pcie_warn_per_min gates: those that rest on the GPU's PCIe "
-        "link.")
+        "link. gpu_off_bus too: gated for pcie alone, the model named a trickle gpu_off_bus and drained it anyway; "
+        "on the tuning worlds every warned fall off the bus crossed the line before the model drained it "
+        "(robustness.md, thirteenth session, W17/W18).")
     pcie_warn_memory_s: float = Field(
         1800.0, gt=0,
         description="How long (telemetry seconds) a GPU's PCIe replay rate at or above pcie_warn_per_min keeps its "

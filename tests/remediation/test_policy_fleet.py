@@ -133,6 +133,7 @@ def drains(out: list) -> list:
 
 def test_a_pcie_prediction_on_a_trickle_under_the_dcgm_line_does_not_act_with_the_gate():
     assert (PCIE_GATE.pcie_warn_per_min, PCIE_GATE.pcie_warn_memory_s) == (16.0, 1800.0)
+    assert [f.value for f in PCIE_GATE.pcie_warn_faults] == ["pcie", "gpu_off_bus"]
     ticks = [pcie(0.95, 3.9)] * 30                             # a steady benign trickle, 4 per minute
     assert drains(run(ticks, PCIE_GATE)[0]) == []
     assert len(drains(run(ticks, CFG.model_copy(update={"pcie_warn_per_min": 0.0}))[0])) == 1  # off: it drains
@@ -147,12 +148,15 @@ def test_a_pcie_prediction_acts_while_the_link_ran_above_the_line_within_the_mem
     assert drains(run(forgotten, PCIE_GATE)[0]) == []          # past the memory: a trickle again
 
 
-def test_only_pcie_predictions_are_gated_and_a_missing_counter_never_is():
+def test_only_predictions_resting_on_the_link_are_gated_and_a_missing_counter_never_is():
     assert len(drains(run([pcie(0.95, float("nan"))] * 5, PCIE_GATE)[0])) == 1  # unknown is not quiet
     assert len(drains(run([pcie(0.95, None)] * 5, PCIE_GATE)[0])) == 1          # an older scorer: no gate
     other = fleet([0.95], fault="nvlink")
     other.pcie_per_min = np.array([0.0])
     assert len(drains(run([other] * 5, PCIE_GATE)[0])) == 1
+    off_bus = fleet([0.95], fault="gpu_off_bus")
+    off_bus.pcie_per_min = np.array([2.0])
+    assert drains(run([off_bus] * 5, PCIE_GATE)[0]) == []
 
 
 def test_a_tick_without_a_reading_leaves_the_pcie_gate_as_the_last_reading_left_it():
