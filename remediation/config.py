@@ -169,8 +169,9 @@ class PolicyConfig(BaseModel):
         "reading in that time is not gated: unknown is not quiet). DCGM's health watch warns above "
         "ceil(1e-12 x lane rate x 60 x lanes) replays per minute: 16 on Gen4 x16, 31 on Gen5 x16, the link's "
         "bit-error budget on every fleet; a steady trickle under it is a link within its specification, not a "
-        "failing one. 16 (the lower line); 0: off. On the tuning worlds it removed two of 20 false drains (trickles of 2-4 per minute) and cost no "
-        "catch, ahead or late (robustness.md, thirteenth session, W16, W18).")
+        "failing one. 16 (the lower line); 0: off. On the tuning worlds it removed two of 20 false drains "
+        "(trickles of 2-4 per minute) and cost no catch, ahead or late (robustness.md, thirteenth session, W16, "
+        "W18).")
     pcie_warn_faults: list[FaultClass] = Field(
         default_factory=lambda: [FaultClass.PCIE, FaultClass.GPU_OFF_BUS],
         description="The fault classes whose predictions pcie_warn_per_min gates: those that rest on the GPU's PCIe "
