@@ -132,24 +132,24 @@ class _ScanState:
         self.n += len(lines)
         before = np.maximum.accumulate(np.concatenate(([self.top], ts[:-1])))
         behind = before - ts
-        for i, obj in _valid_first(lines, behind, behind > self.lag):
-            self.lag = max(self.lag, float(before[i]) - obj["ts"])
-        for _, obj in _valid_first(lines, ts, ts > self.hi):
-            self.hi = max(self.hi, obj["ts"])
-        for _, obj in _valid_first(lines, -ts, ts < self.lo):
-            self.lo = min(self.lo, obj["ts"])
+        if (found := _valid_first(lines, behind, behind > self.lag)) is not None:
+            self.lag = max(self.lag, float(before[found[0]]) - found[1]["ts"])
+        if (found := _valid_first(lines, ts, ts > self.hi)) is not None:
+            self.hi = max(self.hi, found[1]["ts"])
+        if (found := _valid_first(lines, -ts, ts < self.lo)) is not None:
+            self.lo = min(self.lo, found[1]["ts"])
         self.top = max(self.top, float(ts.max()))
 
 
-def _valid_first(lines: list[bytes], key: np.ndarray, candidate: np.ndarray) -> list[tuple[int, dict[str, Any]]]:
-    """The candidate line with the largest *key* whose event is valid, with its event (none
-    when no candidate is valid), trying candidates from the largest key down."""
+def _valid_first(lines: list[bytes], key: np.ndarray, candidate: np.ndarray) -> tuple[int, dict[str, Any]] | None:
+    """The candidate line with the largest *key* whose event is valid, and its event (None when
+    no candidate is valid), trying candidates from the largest key down."""
     idx = np.flatnonzero(candidate)
     for i in idx[np.argsort(-key[idx], kind="stable")]:
         obj = _loads(lines[i])
         if _valid(obj):
-            return [(int(i), obj)]
-    return []
+            return int(i), obj
+    return None
 
 
 def _leading_ts(line: bytes) -> float | None:
@@ -294,6 +294,7 @@ def _selection(sources: Collection[str] | None, kinds: Collection[str] | None
 
 def _selected_frame(path: Path, objs: Any, wanted: Callable[[dict[str, Any]], bool], bad: list[str]
                     ) -> pd.DataFrame:
+    """The *wanted* of *objs* as a validated frame sorted by ts; bad lines and rejections logged once."""
     cols = EventColumns()
     for obj in objs:
         if wanted(obj):
