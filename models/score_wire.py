@@ -63,7 +63,7 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
     if ns.cold is not None:
         msg["cold"] = np.asarray(ns.cold, bool).tolist()
     if ns.pcie_per_min is not None:  # NaN (counter missing) as null
-        msg["pcie_per_min"] = [round(float(v), 3) if np.isfinite(v) else None for v in ns.pcie_per_min]
+        msg["pcie_per_min"] = [None if v != v else v for v in np.round(ns.pcie_per_min.astype(float), 3).tolist()]
     if ns.rule_vetoed is not None:
         msg["rule_vetoed"] = np.asarray(ns.rule_vetoed, bool).tolist()
     if extra:

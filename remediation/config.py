@@ -180,9 +180,10 @@ class PolicyConfig(BaseModel):
         "(robustness.md, thirteenth session, W17/W18).")
     pcie_warn_memory_s: float = Field(
         1800.0, gt=0,
-        description="How long (telemetry seconds) a GPU's PCIe replay rate at or above pcie_warn_per_min keeps its "
-        "pcie prediction able to act (the long window); remembered from the ticks its node is watched (a "
-        "probability at or above the lower of alert_threshold and clear_threshold), as hbm_recent_sbe_s is.")
+        description="How long (telemetry seconds) a reading of a GPU's PCIe replay rate, at or above "
+        "pcie_warn_per_min or under it, counts for pcie_warn_per_min (the long window); readings are taken on the "
+        "ticks its node is watched (a probability at or above the lower of alert_threshold and clear_threshold), "
+        "as hbm_recent_sbe_s's are.")
     vetoed_rule_keeps_hold: bool = Field(
         True,
         description="A node gpuops holds is not healthy while an acting rule's condition holds on it but a veto "

@@ -246,26 +246,22 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         return ns
     sbe_at = ns.sbe_at
     if cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None:
-        sbe_at = now if s.sbe_now[i] else (sbe_at if sbe_at is not None and now - sbe_at <= cfg.hbm_recent_sbe_s
-                                           else None)
+        sbe_at = now if s.sbe_now[i] else _recent(sbe_at, now, cfg.hbm_recent_sbe_s)
     pcie_gate = cfg.pcie_warn_per_min > 0 and s.pcie_per_min is not None
     pcie_at, pcie_quiet_at = ns.pcie_at, ns.pcie_quiet_at
     if pcie_gate:  # the last known readings decide; a tick without one (NaN) changes neither
         rate, mem = float(s.pcie_per_min[i]), cfg.pcie_warn_memory_s
-        pcie_at = now if rate >= cfg.pcie_warn_per_min else (pcie_at if pcie_at is not None and now - pcie_at <= mem
-                                                             else None)
-        pcie_quiet_at = now if rate < cfg.pcie_warn_per_min else (
-            pcie_quiet_at if pcie_quiet_at is not None and now - pcie_quiet_at <= mem else None)
-    above = fault is not None and p >= floors.act(cfg, fault) and not (
-        fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None) and not (
-        pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None and pcie_quiet_at is not None)
+        pcie_at = now if rate >= cfg.pcie_warn_per_min else _recent(pcie_at, now, mem)
+        pcie_quiet_at = now if rate < cfg.pcie_warn_per_min else _recent(pcie_quiet_at, now, mem)
+    held_back = (  # a prediction whose own evidence reads benign right now
+        (fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
+        or (pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None and pcie_quiet_at is not None))
+    above = fault is not None and p >= floors.act(cfg, fault) and not held_back
     above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
     high_since = (ns.high_since if ns.high_since is not None else now) if high else None
     window = cfg.corroborate_window_s                # second signals older than this are forgotten
-    anomaly_at = now if anomaly >= cfg.corroborate_anomaly else ns.anomaly_at
-    if anomaly_at is not None and now - anomaly_at > window:
-        anomaly_at = None
+    anomaly_at = now if anomaly >= cfg.corroborate_anomaly else _recent(ns.anomaly_at, now, window)
     rule_at, rule_fault = ns.rule_signal_at, ns.rule_signal_fault
     if s.rule[i] >= 0 and not rule_acts:
         rule_at, rule_fault = now, s.rule_fault_class(i)
@@ -278,6 +274,11 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
                    rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at,
                    pcie_quiet_at=pcie_quiet_at)
+
+
+def _recent(at: float | None, now: float, within: float) -> float | None:
+    """*at* while it is at most *within* seconds before *now*, else None (a remembered signal expires)."""
+    return at if at is not None and now - at <= within else None
 
 
 def _strange_run(ns: NodeState, anomaly: float, now: float, level: float, cfg: PolicyConfig) -> NodeState:

@@ -34,14 +34,14 @@ class Block:
     raw: bytes
 
 
-def iter_blocks(path: Path, block_bytes: int | None = None) -> Iterator[Block]:
-    """*path* (plain or gzip) as blocks of whole lines, in file order."""
-    size = block_bytes or BLOCK_BYTES
+def iter_blocks(path: Path) -> Iterator[Block]:
+    """*path* (plain or gzip) as blocks of whole lines (:data:`BLOCK_BYTES` and the rest of the
+    last line), in file order."""
     opener = gzip.open if path.suffix == ".gz" else open
     first = 1
     with opener(path, "rb") as fh:
         while True:
-            raw = fh.read(size)
+            raw = fh.read(BLOCK_BYTES)
             if not raw:
                 return
             if not raw.endswith(b"\n"):
