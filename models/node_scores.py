@@ -52,6 +52,10 @@ class NodeScores:
     #: missing, or no sample of it fell in the window); None: not known for any node
     #: (PolicyConfig.pcie_warn_per_min)
     pcie_per_min: np.ndarray | None = None
+    #: the 10-minute SBE rate of the GPU with the highest p_fail over its own peak of the last 2 h (1: no error in
+    #: that time; NaN: not known this tick); under PolicyConfig.hbm_storm_ratio a storm is falling. None: not known
+    #: for any node
+    sbe_of_peak: np.ndarray | None = None
     #: per node: an acting rule's condition holds on it but a veto stops the rule (a shared cause, such as
     #: another node braking too). Not a reason for a new action; evidence still present on a node gpuops
     #: holds (PolicyConfig.vetoed_rule_keeps_hold). None: not known for any node
@@ -86,6 +90,8 @@ class NodeScores:
 SBE_NOW = "ecc_sbe_per_h_short"
 #: the feature behind ``NodeScores.pcie_per_min``: PCIe replays per minute in the short window
 PCIE_NOW = "pcie_replay_per_min_short"
+#: the feature behind ``NodeScores.sbe_of_peak`` (pipeline.storms)
+SBE_OF_PEAK = "ecc_sbe_10m_of_peak"
 
 
 def score_batches(bundle: ModelBundle, batches: Sequence[FeatureBatch]) -> list[ScoreBatch]:
@@ -128,6 +134,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     rule_gpu = np.where(on_node[rule], -1, batch.gpu[rule_row]).astype(int)  # evidence naming no GPU: the node
     sbe = ~(batch.column(SBE_NOW)[row] <= 0) if SBE_NOW in batch.names else None  # NaN (no counter): True
     pcie = batch.column(PCIE_NOW)[row].astype(np.float64) if PCIE_NOW in batch.names else None
+    storm = batch.column(SBE_OF_PEAK)[row].astype(np.float64) if SBE_OF_PEAK in batch.names else None
     vetoed = None
     if scores.rule_vetoed is not None:
         acting = np.array([r.action.acts for r in rules.rules] + [False])
@@ -135,4 +142,4 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe,
-                      pcie_per_min=pcie, rule_vetoed=vetoed)
+                      pcie_per_min=pcie, sbe_of_peak=storm, rule_vetoed=vetoed)

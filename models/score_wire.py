@@ -62,8 +62,10 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
     }
     if ns.cold is not None:
         msg["cold"] = np.asarray(ns.cold, bool).tolist()
-    if ns.pcie_per_min is not None:  # NaN (counter missing) as null
-        msg["pcie_per_min"] = [None if v != v else v for v in np.round(ns.pcie_per_min.astype(float), 3).tolist()]
+    for c, nd in (("pcie_per_min", 3), ("sbe_of_peak", 4)):  # NaN (not known) as null
+        v = getattr(ns, c)
+        if v is not None:
+            msg[c] = [None if x != x else x for x in np.round(v.astype(float), nd).tolist()]
     if ns.rule_vetoed is not None:
         msg["rule_vetoed"] = np.asarray(ns.rule_vetoed, bool).tolist()
     if extra:
@@ -99,10 +101,9 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             None if m.get("anomaly_gpu") is None else np.array(m["anomaly_gpu"], int),
             cold=None if m.get("cold") is None else np.array(m["cold"], bool),
             sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool),
-            pcie_per_min=None if m.get("pcie_per_min") is None else np.array(
-                [np.nan if v is None else v for v in m["pcie_per_min"]], float),
+            pcie_per_min=_floats(m.get("pcie_per_min")), sbe_of_peak=_floats(m.get("sbe_of_peak")),
             rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool))
-        for c in ("cold", "pcie_per_min", "rule_vetoed"):  # optional: absent (an older scorer) is None, never short
+        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed"):  # optional: absent (an older scorer) is None, never short
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")
@@ -121,3 +122,8 @@ def explain_from(ns: NodeScores, reasons: Reasons):
     def explain(i: int, source: str) -> str:
         return reasons.get(str(ns.node[i]), {}).get(source, f"{source} (no reason shipped by the scorer)")
     return explain
+
+
+def _floats(values: list | None) -> np.ndarray | None:
+    """An optional number column: None when absent (an older scorer), null as NaN (not known)."""
+    return None if values is None else np.array([np.nan if v is None else v for v in values], float)

@@ -30,6 +30,7 @@ from pipeline.peers import group_medians, robust_z_rows
 from pipeline.ports import PORT_STATS, NodeXidState, PortWindowState
 from pipeline.registry import GpuRegistry, PortRegistry
 from pipeline.state import STATS, THROTTLE_BITS, WINDOW_GAUGES, XID_CLASSES, GpuWindowState
+from pipeline.storms import SbeStorm
 
 _W = ("short", "long")
 _GAUGE_UNITS = {"temp_gpu_c": "degC", "temp_mem_c": "degC", "power_w": "W", "sm_clock_mhz": "MHz", "util_gpu": "%"}
@@ -161,6 +162,12 @@ def _build() -> tuple[tuple[str, str, str], ...]:
            "GPUs): grows only when every GPU of the node has gone silent")]
     f += [("other_nodes_power_brake_long", "count", f"other nodes with a GPU held by HW power brake at least "
            f"{BRAKE_LONG_FRAC:.0%} of the long window: a shared brake that has ended still explains a node's own")]
+    # ---- eighth set: a storm of corrected errors that is falling (pipeline.storms)
+    f += [("ecc_sbe_per_h_10m", "1/h", "single-bit ECC errors per hour over the last 10 minutes (the short windows of "
+           "its last ten one-minute buckets); NaN without exposure in that time"),
+          ("ecc_sbe_10m_of_peak", "ratio", "ecc_sbe_per_h_10m over the highest it read on this GPU in the last 2 h "
+           "(10-minute buckets: 110-120 min): under 1 a storm is falling from its peak; 1 when no error in that time, "
+           "NaN when the 10-minute rate is")]
     return tuple(f)
 
 
@@ -227,6 +234,8 @@ _NET_MAX_COLS = _cols([[f"net_{c}_per_min_port_max_{w}" for c in NET_ERROR_COUNT
 _NET_EXCESS_COLS = np.array([FEATURE_INDEX[f"net_{c}_excess_long_port_max"] for c in NET_ERROR_COUNTERS], np.intp)
 _CUSUM_COLS = np.array([FEATURE_INDEX[f"{stem}_cusum"] for stem, _, _ in _BASELINE_STEMS], np.intp)
 _NET_CUSUM_COLS = np.array([FEATURE_INDEX[f"net_{c}_cusum_port_max"] for c in NET_ERROR_COUNTERS], np.intp)
+_SBE_10M, _SBE_OF_PEAK = FEATURE_INDEX["ecc_sbe_per_h_10m"], FEATURE_INDEX["ecc_sbe_10m_of_peak"]
+_SBE_STEM = [stem for stem, _, _ in _BASELINE_STEMS].index("ecc_sbe")
 
 
 class PartBaselines:
@@ -238,14 +247,16 @@ class PartBaselines:
         self.gpu = RateBaselines(len(_BASELINE_STEMS), gpu_capacity)
         self.port = RateBaselines(len(NET_ERROR_COUNTERS), port_capacity)
         self.clock = DeficitTrend(gpu_capacity)
+        self.storm = SbeStorm(gpu_capacity)
 
     @property
     def nbytes(self) -> int:
-        return self.gpu.nbytes + self.port.nbytes + self.clock.nbytes
+        return self.gpu.nbytes + self.port.nbytes + self.clock.nbytes + self.storm.nbytes
 
     def restart(self, gpu_slots: np.ndarray, port_slots: np.ndarray) -> int:
         """Restart the baselines of repaired parts at the prior; how many parts restarted."""
-        for base, parts in ((self.gpu, gpu_slots), (self.port, port_slots), (self.clock, gpu_slots)):
+        for base, parts in ((self.gpu, gpu_slots), (self.port, port_slots), (self.clock, gpu_slots),
+                            (self.storm, gpu_slots)):
             if len(parts):
                 base.ensure(int(parts.max()) + 1)
                 base.restart(parts)
@@ -403,8 +414,11 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     base.ensure(gpus.n)
     events, exposure = _stem_events(s[1])
     f[_BASE_COLS] = base.excess(slots, events, exposure)
-    base.update(slots, tick_end, *_stem_events(s[0]), frozen=frozen)
+    events, exposure = _stem_events(s[0])
+    base.update(slots, tick_end, events, exposure, frozen=frozen)
     f[_CUSUM_COLS] = base.cusum_excess(slots)
+    baselines.storm.ensure(gpus.n)  # a window, not a learnt normal: muted time counts
+    f[_SBE_10M], f[_SBE_OF_PEAK] = baselines.storm.update(slots, tick_end, events[_SBE_STEM], exposure[_SBE_STEM])
 
     _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short, baselines.port, muted)
     return np.ascontiguousarray(f.T, dtype=np.float32)

@@ -184,6 +184,20 @@ class PolicyConfig(BaseModel):
         "pcie_warn_per_min or under it, counts for pcie_warn_per_min (the long window); readings are taken on the "
         "ticks its node is watched (a probability at or above the lower of alert_threshold and clear_threshold), "
         "as hbm_recent_sbe_s's are.")
+    hbm_storm_ratio: float = Field(
+        0.6, ge=0, lt=1,
+        description="When > 0, an hbm_ecc prediction's action waits while the predicted GPU's last known 10-minute "
+        "corrected-ECC rate within hbm_storm_memory_s was under this share of its own highest 10-minute rate of the "
+        "last 2 h (NodeScores.sbe_of_peak, pipeline/storms.py): a storm of corrected errors that is falling from its "
+        "peak, not a failing HBM, whose errors grow or come back. The sustain timer keeps running, so a prediction "
+        "whose GPU's errors climb back acts on that tick. A tick without a reading changes nothing; a GPU with no "
+        "known reading is not held. Rules (an uncorrectable error, XID 48) still act at once. 0: off. 0.6 from "
+        "the tuning worlds: gpuops' false hbm_ecc drains read 0.29-0.56 there, 55 of 63 true ones 0.6 or more "
+        "(robustness.md, thirteenth and fourteenth sessions, W19).")
+    hbm_storm_memory_s: float = Field(
+        1800.0, gt=0,
+        description="How long (telemetry seconds) a reading of a GPU's SBE rate against its peak counts for "
+        "hbm_storm_ratio; readings are taken on the ticks its node is watched, as pcie_warn_memory_s's are.")
     vetoed_rule_keeps_hold: bool = Field(
         True,
         description="A node gpuops holds is not healthy while an acting rule's condition holds on it but a veto "

@@ -181,6 +181,8 @@ class NodeState:
     sbe_at: float | None = None             # the predicted GPU last logged corrected ECC errors (hbm_recent_sbe_s)
     pcie_at: float | None = None            # the predicted GPU's PCIe replays last read at/above pcie_warn_per_min
     pcie_quiet_at: float | None = None      # ... and last read under it
+    storm_ratio: float | None = None        # the predicted GPU's last known SBE rate against its peak (hbm_storm_ratio)
+    storm_at: float | None = None           # ... read at this time
     episodes: tuple[AlertEpisode, ...] = ()
     alert_times: tuple[float, ...] = ()       # alerts sent in the last RATE_WINDOW_S
 
@@ -253,6 +255,13 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         rate, mem = float(s.pcie_per_min[i]), cfg.pcie_warn_memory_s
         pcie_at = now if rate >= cfg.pcie_warn_per_min else _recent(pcie_at, now, mem)
         pcie_quiet_at = now if rate < cfg.pcie_warn_per_min else _recent(pcie_quiet_at, now, mem)
+    storm_ratio, storm_at = ns.storm_ratio, ns.storm_at
+    if cfg.hbm_storm_ratio > 0 and s.sbe_of_peak is not None:  # the last known reading; NaN changes nothing
+        r = float(s.sbe_of_peak[i])
+        if r == r:
+            storm_ratio, storm_at = r, now
+        elif _recent(storm_at, now, cfg.hbm_storm_memory_s) is None:
+            storm_ratio, storm_at = None, None
     held_back = (  # a prediction whose own evidence reads benign right now
         (fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
         or (pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None and pcie_quiet_at is not None))
@@ -267,13 +276,23 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         rule_at, rule_fault = now, s.rule_fault_class(i)
     elif rule_at is not None and now - rule_at > window:
         rule_at, rule_fault = None, None
-    if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at, pcie_at, pcie_quiet_at) == (
-            ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault, ns.sbe_at,
-            ns.pcie_at, ns.pcie_quiet_at):
+    if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at, pcie_at, pcie_quiet_at, storm_ratio,
+            storm_at) == (ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault,
+                          ns.sbe_at, ns.pcie_at, ns.pcie_quiet_at, ns.storm_ratio, ns.storm_at):
         return ns
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
                    rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at,
-                   pcie_quiet_at=pcie_quiet_at)
+                   pcie_quiet_at=pcie_quiet_at, storm_ratio=storm_ratio, storm_at=storm_at)
+
+
+def _storm_falling(ns: NodeState, fault: FaultClass | None, now: float, cfg: PolicyConfig) -> str | None:
+    """Why an hbm_ecc prediction's action waits (its GPU's corrected errors are a storm falling from its own
+    peak: hbm_storm_ratio), or None when it need not."""
+    if (fault is not FaultClass.HBM_ECC or cfg.hbm_storm_ratio <= 0 or ns.storm_ratio is None
+            or _recent(ns.storm_at, now, cfg.hbm_storm_memory_s) is None or ns.storm_ratio >= cfg.hbm_storm_ratio):
+        return None
+    return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {ns.storm_ratio:.2f} of their own "
+            f"2 h peak, a storm falling (acts if they climb back to {cfg.hbm_storm_ratio:.2f})")
 
 
 def _recent(at: float | None, now: float, within: float) -> float | None:
@@ -352,8 +371,9 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                        healthy_since=None, above_since=None, high_since=None, episodes=(), alert_times=()), [
             _rule_decision(i, name, s, rule_action, now, explain)]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
+    waiting = _storm_falling(ns, fault, now, cfg)
     if (warm and fault is not None and ns.above_since is not None and now - ns.above_since >= cfg.sustain_for(fault)
-            and not retried):                           # 3. predicted failure, sustained in telemetry time
+            and not retried and waiting is None):       # 3. predicted failure, sustained in telemetry time
         action, follow_up = _hard(cfg, fault)
         if action in _ACTING:
             why = _corroboration(ns, fault, anomaly, now, cfg)
@@ -365,7 +385,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
             return replace(ns, held_since=held, held_grade=grade if held is not None else None, held_fault=fault,
                            healthy_since=None, predicted_action_at=now, episodes=(), alert_times=()), [
                 Decision(now, name, int(s.gpu[i]), action, fault, p, reason, "model", grade, follow_up)]
-    return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, cfg, explain, fleet,
+    return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, waiting, cfg, explain, fleet,
                    max(cfg.alert_threshold, floors.p), anomaly_level)
 
 
@@ -377,8 +397,8 @@ def _rule_decision(i: int, name: str, s: NodeScores, action: Action, now: float,
 
 
 def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, fault: FaultClass | None,
-            rule: int, now: float, seen_s: float, warm: bool, retried: bool, cfg: PolicyConfig, explain: Explain,
-            fleet: list[float], alert_level: float, anomaly_level: float) -> tuple[NodeState, list[Decision]]:
+            rule: int, now: float, seen_s: float, warm: bool, retried: bool, waiting: str | None, cfg: PolicyConfig,
+            explain: Explain, fleet: list[float], alert_level: float, anomaly_level: float) -> tuple[NodeState, list[Decision]]:
     """4. tell a person: one alert per episode of (part, signal), within the node and fleet caps.
 
     The model's probability is the node's (its worst GPU, which may change from tick to tick),
@@ -407,7 +427,8 @@ def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: 
             announced = True                            # the node's prediction already tells this story
         if not announced and len(sent) < cfg.node_alerts_per_h and (
                 cfg.fleet_alerts_per_h == 0 or len(fleet) < cfg.fleet_alerts_per_h):
-            out.append(_alert(i, name, gpu, source, s, p, anomaly, fault, now, seen_s, warm, retried, cfg, explain))
+            out.append(_alert(i, name, gpu, source, s, p, anomaly, fault, now, seen_s, warm, retried, waiting, cfg,
+                              explain))
             sent.append(now)
             fleet.append(now)
             announced = True
@@ -416,8 +437,8 @@ def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: 
 
 
 def _alert(i: int, name: str, part: int | None, source: str, s: NodeScores, p: float, anomaly: float,
-           fault: FaultClass | None, now: float, seen_s: float, warm: bool, retried: bool, cfg: PolicyConfig,
-           explain: Explain) -> Decision:
+           fault: FaultClass | None, now: float, seen_s: float, warm: bool, retried: bool, waiting: str | None,
+           cfg: PolicyConfig, explain: Explain) -> Decision:
     if source == "rule":
         return Decision(now, name, part, Action.ALERT, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule")
     if source == "anomaly":
@@ -430,4 +451,6 @@ def _alert(i: int, name: str, part: int | None, source: str, s: NodeScores, p: f
     elif not warm:
         why += (f" (warming up: {seen_s / 60:.0f} min of telemetry; predictions act after "
                 f"{cfg.model_warmup_s / 60:.0f} min)")
+    elif waiting is not None:
+        why += f" ({waiting})"
     return Decision(now, name, part, Action.ALERT, fault, p, why, "model")
