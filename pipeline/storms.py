@@ -15,7 +15,8 @@ ratio of the GPU's own rates means the same on every fleet, whatever its backgro
 - the highest 10-minute rate it read in each **10-minute bucket**, the last twelve: the peak is
   their maximum, a horizon of 110–120 minutes.
 
-Buckets are told apart by their number (telemetry time // width), so a GPU that was not scored
+Buckets are told apart by their number (the bucket a window's end closes: a window ending on a
+minute's last instant counts in that minute), so a GPU that was not scored
 for a while reads only what is recent, never a stale slot. A repaired GPU starts afresh.
 """
 
@@ -71,7 +72,7 @@ class SbeStorm:
         n = len(parts)
         if n == 0:
             return np.zeros(0), np.zeros(0)
-        b = int(np.floor(now / RATE_BUCKET_S))
+        b = int(np.ceil(now / RATE_BUCKET_S)) - 1  # the bucket a window ending at *now* closes
         col = b % RATE_BUCKETS
         ok = np.isfinite(events) & np.isfinite(exposure_s) & (exposure_s > 0)
         fresh = self.rate_id[parts, col] != b
@@ -85,7 +86,7 @@ class SbeStorm:
         rate = np.full(n, np.nan)
         np.divide(ev * 3600.0, ex, out=rate, where=ex > 0)
 
-        pb = int(np.floor(now / PEAK_BUCKET_S))
+        pb = int(np.ceil(now / PEAK_BUCKET_S)) - 1
         pcol = pb % PEAK_BUCKETS
         known = np.isfinite(rate)
         held = np.where(self.peak_id[parts, pcol] == pb, self.peak[parts, pcol], 0.0)

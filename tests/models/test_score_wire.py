@@ -66,3 +66,16 @@ def test_the_predicted_gpus_pcie_rate_survives_the_round_trip_with_a_missing_cou
     assert msg["pcie_per_min"] == [3.9, None, 40.0]
     assert back.pcie_per_min[0] == 3.9 and np.isnan(back.pcie_per_min[1]) and back.pcie_per_min[2] == 40.0
     assert decode_scores(encode_scores(tick()))[0].pcie_per_min is None  # a scorer that sends none: no gate
+
+
+def test_the_predicted_gpus_sbe_rate_against_its_peak_survives_the_round_trip_with_unknown_as_nan():
+    from dataclasses import replace
+
+    ns = replace(tick(), sbe_of_peak=np.array([0.41234, np.nan, 1.0]))
+    back, _, msg = decode_scores(encode_scores(ns))
+    assert msg["sbe_of_peak"] == [0.4123, None, 1.0]
+    assert back.sbe_of_peak[0] == 0.4123 and np.isnan(back.sbe_of_peak[1]) and back.sbe_of_peak[2] == 1.0
+    assert decode_scores(encode_scores(tick()))[0].sbe_of_peak is None
+    msg["sbe_of_peak"] = [1.0]
+    with pytest.raises(ScoresFormatError, match="sbe_of_peak"):
+        decode_scores(orjson.dumps(msg))

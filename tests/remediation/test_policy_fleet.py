@@ -166,3 +166,40 @@ def test_a_tick_without_a_reading_leaves_the_pcie_gate_as_the_last_reading_left_
     assert len(drains(run([pcie(0.5, 40.0)] + [pcie(0.95, nan)] * 5, PCIE_GATE)[0])) == 1  # nor is it after the line
     stale = quiet + [pcie(0.5, nan)] * 31 + [pcie(0.95, nan)] * 5             # the quiet reading is 30 min old ...
     assert len(drains(run(stale, PCIE_GATE)[0])) == 1                          # ... so unknown again: not gated
+
+
+def storm(p: float, ratio: float | None, fault: str = "hbm_ecc") -> NodeScores:
+    s = fleet([p], fault=fault)
+    s.sbe_of_peak = None if ratio is None else np.array([ratio])
+    return s
+
+
+STORM = CFG  # on by default: 0.6 of the GPU's own 2 h peak, remembered for the long window
+
+
+def test_an_hbm_prediction_on_a_storm_falling_from_its_peak_waits_and_says_why():
+    assert (STORM.hbm_storm_ratio, STORM.hbm_storm_memory_s) == (0.6, 1800.0)
+    out, _ = run([storm(0.95, 0.4)] * 30, STORM)                  # the tail of a benign storm
+    assert drains(out) == []
+    assert any("a storm falling" in x.reason for x in out if x.action is Action.ALERT)
+    assert drains(run([storm(0.95, 0.4)] * 30, CFG.model_copy(update={"hbm_storm_ratio": 0.0}))[0])[0].ts == 60.0
+
+
+def test_an_hbm_prediction_acts_on_the_tick_its_errors_climb_back_without_a_new_sustain():
+    cfg = STORM.model_copy(update={"act_sustain_s_by_fault": {"hbm_ecc": 900.0}})
+    out, _ = run([storm(0.95, 0.4)] * 20 + [storm(0.95, 0.9)] * 3, cfg)  # a lull, then the errors come back
+    assert [x.ts for x in drains(out)] == [60.0 * 20]
+    assert drains(run([storm(0.95, 0.9)] * 16, cfg)[0])[0].ts == 900.0  # growing all along: the sustain alone
+
+
+def test_a_tick_without_a_reading_leaves_the_storm_gate_as_the_last_reading_left_it():
+    nan = float("nan")
+    assert drains(run([storm(0.5, 0.4)] * 3 + [storm(0.95, nan)] * 5, STORM)[0]) == []
+    stale = [storm(0.5, 0.4)] * 3 + [storm(0.5, nan)] * 31 + [storm(0.95, nan)] * 5  # the reading is 30 min old
+    assert len(drains(run(stale, STORM)[0])) == 1
+    assert len(drains(run([storm(0.95, nan)] * 5, STORM)[0])) == 1    # never known: not held
+    assert len(drains(run([storm(0.95, None)] * 5, STORM)[0])) == 1   # an older scorer: no gate
+
+
+def test_the_storm_gate_holds_back_hbm_predictions_only():
+    assert len(drains(run([storm(0.95, 0.1, fault="nvlink")] * 5, STORM)[0])) == 1
