@@ -287,9 +287,11 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
 
 def _storm_falling(ns: NodeState, fault: FaultClass | None, now: float, cfg: PolicyConfig) -> str | None:
     """Why an hbm_ecc prediction's action waits (its GPU's corrected errors are a storm falling from its own
-    peak: hbm_storm_ratio), or None when it need not."""
+    peak while it still errs: hbm_storm_ratio), or None when it need not. A GPU that logged no error in the
+    last 10 minutes (ratio 0) has stopped, which a failing HBM's precursor does before its failure too."""
     if (fault is not FaultClass.HBM_ECC or cfg.hbm_storm_ratio <= 0 or ns.storm_ratio is None
-            or _recent(ns.storm_at, now, cfg.hbm_storm_memory_s) is None or ns.storm_ratio >= cfg.hbm_storm_ratio):
+            or _recent(ns.storm_at, now, cfg.hbm_storm_memory_s) is None
+            or not 0.0 < ns.storm_ratio < cfg.hbm_storm_ratio):  # 0: no error in 10 min, a stop, not a tail
         return None
     return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {ns.storm_ratio:.2f} of their own "
             f"2 h peak, a storm falling (acts if they climb back to {cfg.hbm_storm_ratio:.2f})")

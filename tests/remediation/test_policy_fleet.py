@@ -203,3 +203,8 @@ def test_a_tick_without_a_reading_leaves_the_storm_gate_as_the_last_reading_left
 
 def test_the_storm_gate_holds_back_hbm_predictions_only():
     assert len(drains(run([storm(0.95, 0.1, fault="nvlink")] * 5, STORM)[0])) == 1
+
+
+def test_a_gpu_whose_errors_stopped_is_not_a_falling_storm_and_its_prediction_acts():
+    out, _ = run([storm(0.95, 0.4)] * 5 + [storm(0.95, 0.0)] * 3, STORM)  # the 10-min window emptied: a stop
+    assert [x.ts for x in drains(out)][:1] == [60.0 * 5]
