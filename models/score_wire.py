@@ -103,7 +103,8 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool),
             pcie_per_min=_floats(m.get("pcie_per_min")), sbe_of_peak=_floats(m.get("sbe_of_peak")),
             rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool))
-        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed"):  # optional: absent (an older scorer) is None, never short
+        # optional: absent (an older scorer) is None, never short
+        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed"):
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")

@@ -188,14 +188,14 @@ class PolicyConfig(BaseModel):
         0.6, ge=0, lt=1,
         description="When > 0, an hbm_ecc prediction's action waits while the predicted GPU's last known 10-minute "
         "corrected-ECC rate within hbm_storm_memory_s was under this share of its own highest 10-minute rate of the "
-        "last 2 h (NodeScores.sbe_of_peak, pipeline/storms.py): a storm of corrected errors that is falling from its "
-        "peak while it still errs (a GPU without an error in the last 10 minutes has stopped, which a failing HBM's "
-        "precursor does too, and is not held), not a failing HBM, whose errors grow or come back. The sustain timer "
-        "keeps running, so a prediction "
-        "whose GPU's errors climb back acts on that tick. A tick without a reading changes nothing; a GPU with no "
-        "known reading is not held. Rules (an uncorrectable error, XID 48) still act at once. 0: off. 0.6 from "
-        "the tuning worlds: gpuops' false hbm_ecc drains read 0.29-0.56 there, 55 of 63 true ones 0.6 or more "
-        "(robustness.md, thirteenth and fourteenth sessions, W19).")
+        "last 2 h and above 0 (NodeScores.sbe_of_peak, pipeline/storms.py): a storm of corrected errors falling from "
+        "its peak while still erring, not a failing HBM, whose errors grow or come back. A GPU without an error in "
+        "the last 10 minutes (0) has stopped, which a failing HBM's precursor can do before its failure: not held. "
+        "The sustain timer keeps running, so a prediction whose GPU's errors climb back acts on that tick. A tick "
+        "without a reading changes nothing; a GPU with no known reading is not held. Rules (an uncorrectable "
+        "error, XID 48) still act at once. 0: off. 0.6 from the tuning worlds: gpuops' false hbm_ecc drains read "
+        "0.29-0.56 there, 55 of 63 true ones 0.6 or more; on them it removed three of 18 false drains and cost no "
+        "catch (robustness.md, thirteenth and fourteenth sessions, W19, W20).")
     hbm_storm_memory_s: float = Field(
         1800.0, gt=0,
         description="How long (telemetry seconds) a reading of a GPU's SBE rate against its peak counts for "

@@ -400,7 +400,8 @@ def _rule_decision(i: int, name: str, s: NodeScores, action: Action, now: float,
 
 def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, fault: FaultClass | None,
             rule: int, now: float, seen_s: float, warm: bool, retried: bool, waiting: str | None, cfg: PolicyConfig,
-            explain: Explain, fleet: list[float], alert_level: float, anomaly_level: float) -> tuple[NodeState, list[Decision]]:
+            explain: Explain, fleet: list[float], alert_level: float,
+            anomaly_level: float) -> tuple[NodeState, list[Decision]]:
     """4. tell a person: one alert per episode of (part, signal), within the node and fleet caps.
 
     The model's probability is the node's (its worst GPU, which may change from tick to tick),
