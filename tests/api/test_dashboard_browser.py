@@ -26,9 +26,12 @@ pytestmark = pytest.mark.browser
 @pytest.fixture
 def service(tmp_path: Path):  # noqa: ANN201
     # the fleet runs at 120x, so the default hour-long proposal TTL is 30 s of wall time: give the
-    # person in this test a simulated day (12 min) before the waiting drain is cancelled
+    # person in this test a simulated day (12 min) before the waiting drain is cancelled. The 10-minute
+    # freshness is 5 s of wall time: on a slow 2-core VM the embedded fleet's decisions were seen arriving
+    # hours (simulated) old, every drain rejected as stale before it could wait (2 of 3 CI runs, old and
+    # new code alike); freshness is not what this test is about, so it gets the same day
     cfg = load_service_config(None, port=0, state_dir=str(tmp_path / "state"), simulate={"speedup": 120},
-                              safety={"proposal_ttl_s": 86_400})
+                              safety={"proposal_ttl_s": 86_400, "freshness_s": 86_400})
     svc = Service(cfg).start()
     yield svc
     svc.stop()
