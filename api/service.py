@@ -175,7 +175,13 @@ class Service:
         sim = SimConfig(nodes=len(names) or s.nodes, names=names, hours=24, seed=s.seed,
                         rate_multiplier=s.rate_multiplier, start_ts=start)
         return LiveFleet(sim, bus.produce, speedup=s.speedup, telemetry_topic=self.topics.telemetry,
-                         events_topic=self.topics.events)
+                         events_topic=self.topics.events, backlog=self._unread)
+
+    def _unread(self) -> int:
+        """Messages the embedded fleet's readers have not polled yet: the scorer's (when this process
+        scores) and the scores feed's. The fleet waits on it, so its clock never outruns them."""
+        buses = [self._feed_bus] + ([self._bus] if self.cfg.scoring.enabled and self._bus is not None else [])
+        return sum(n or 0 for b in buses for n in b.backlog().values())
 
     def _make_feed_bus(self) -> Bus:
         if self._bus is not None:
