@@ -55,7 +55,7 @@ def demo(
     (work / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     print_demo(console, report, cfg)
     if keep:
-        from models.report_html import write_html_report
+        from api.report_html import write_html_report
         write_html_report(report, work / "report.html")
         console.print(f"recording, report.json and report.html kept in {work}")
 

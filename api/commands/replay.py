@@ -71,7 +71,7 @@ def replay(
         raise typer.Exit(2) from None
     report.write_text(json.dumps(rep, indent=1, default=str) + "\n")
     if html:
-        from models.report_html import write_html_report
+        from api.report_html import write_html_report
         write_html_report(rep, html)
     h = headline(rep)
     if "engine" in rep:

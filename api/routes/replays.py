@@ -69,10 +69,10 @@ def _report(ctx: AppContext, job_id: str) -> dict[str, Any]:
     200: {"description": "The replay report as HTML", "content": {"text/html": {"schema": {"type": "string"}}}},
     501: {"model": ErrorBody, "description": "matplotlib is not installed (pip install gpuops[report])"}})
 def replay_report_html(ctx: Ctx, _: Viewer, job_id: JobId) -> HTMLResponse:
-    """The replay report as one self-contained HTML page (models/report_html.py, as ``gpuops replay --html``)."""
+    """The replay report as one self-contained HTML page (api/report_html.py, as ``gpuops replay --html``)."""
     rep = _report(ctx, job_id)
     try:
-        from models.report_html import write_html_report
+        from api.report_html import write_html_report
 
         with tempfile.TemporaryDirectory(prefix="gpuops-report-") as d:
             page = write_html_report(rep, Path(d) / "report.html").read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ import pytest
 import matplotlib  # noqa: F401  (the `test` extra installs it: these tests render the plots)
 
 from models.evaluation import compare, score_replay
-from models.report_html import write_html_report
+from api.report_html import write_html_report
 
 F = 50_000.0
 EVIL = "<script>alert('x')</script>$\\x$"
