@@ -1,7 +1,7 @@
 """Shift suite: whole simulated worlds outside the training ranges, for honest evaluation.
 
 Usage:
-    python bench/bench_shift.py --write DIR [--only NAME] [--nodes 64] [--hours 24]
+    python bench/bench_shift.py --write DIR [--only NAME] [--nodes 64] [--hours 24] [--draw K]
     python bench/bench_shift.py --replay DIR [--only NAME] [--model PATH] [--rules-only]
 
 Each world is drawn from one of ``collector.simulator.SHIFTS`` (docs/simulator.md,
@@ -9,6 +9,11 @@ Each world is drawn from one of ``collector.simulator.SHIFTS`` (docs/simulator.m
 generation the training ranges exclude), messy data, and a mixed fleet. Nothing in
 the suite is used for training or tuning. Seeds: training 201–299, tuning 301–399,
 this suite 401–499 (one fixed seed per world, below).
+
+``--draw K`` (K ≥ 2) writes another draw of the same six worlds: each world's seed plus
+10·(K−1) (draw 2: 411–416, draw 3: 421–426), so the same shifts are judged on more node-days
+(a world of 64 node-days cannot tell 0 from 15 false actions per 1,000 node-days). Draw 1 is
+the suite itself. Write each draw into its own DIR.
 
 ``--write`` writes ``DIR/<name>/`` recordings (64 nodes x 24 h each by default; the
 2 s world is about 22 M GPU rows and 1.5 GB). ``--replay`` runs each through
@@ -43,11 +48,23 @@ SUITE: dict[str, tuple[str, int]] = {
 }
 
 
-def write(out: Path, names: list[str], nodes: int, hours: float) -> None:
+#: seeds of one draw of the suite lie this far apart; eight draws stay in the suite's 401-499
+DRAW_STEP = 10
+MAX_DRAW = 8
+
+
+def seed_of(name: str, draw: int = 1) -> int:
+    """The seed of world *name* in draw *draw* (1: the suite itself)."""
+    if not 1 <= draw <= MAX_DRAW:
+        raise ValueError(f"draw must be 1..{MAX_DRAW} (seeds stay in the suite's 401-499), got {draw}")
+    return SUITE[name][1] + DRAW_STEP * (draw - 1)
+
+
+def write(out: Path, names: list[str], nodes: int, hours: float, draw: int = 1) -> None:
     from collector.simulator import SimConfig, draw_world, ranges_by_name, simulate_recording, world_config
 
     for name in names:
-        ranges_name, seed = SUITE[name]
+        ranges_name, seed = SUITE[name][0], seed_of(name, draw)
         ranges = ranges_by_name(ranges_name)
         cfg = world_config(SimConfig(nodes=nodes, hours=hours, seed=seed), draw_world(seed, ranges, nodes))
         dest = out / name
@@ -98,6 +115,8 @@ def main() -> None:
     ap.add_argument("--only", action="append", choices=sorted(SUITE), help="only this world (repeatable)")
     ap.add_argument("--nodes", type=int, default=64, help="nodes per world (64 unless disk or time is short)")
     ap.add_argument("--hours", type=float, default=24.0, help="telemetry hours per world")
+    ap.add_argument("--draw", type=int, default=1, help=f"with --write: draw K of the suite, seeds + {DRAW_STEP}(K-1) "
+                    f"(1..{MAX_DRAW}; 1 is the suite itself)")
     ap.add_argument("--model", type=Path, help="model directory for --replay (default: the shipped one)")
     ap.add_argument("--rules-only", action="store_true", help="replay with no trained model")
     a = ap.parse_args()
@@ -107,7 +126,9 @@ def main() -> None:
     if a.write:
         print("| world | shifts | seed | intervals | generations | GPU rows | incidents | took | size |")
         print("|---|---|---|---|---|---|---|---|---|")
-        write(a.write, names, a.nodes, a.hours)
+        if not 1 <= a.draw <= MAX_DRAW:
+            ap.error(f"--draw must be 1..{MAX_DRAW}")
+        write(a.write, names, a.nodes, a.hours, a.draw)
     if a.replay:
         replay(a.replay, names, a.model, a.rules_only)
 

@@ -1,0 +1,46 @@
+"""The judging benches' arithmetic: shift-suite draws and pooled false-action rates."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from bench_robustness import poisson_upper, pooled  # noqa: E402
+from bench_shift import MAX_DRAW, SUITE, seed_of  # noqa: E402
+
+
+def test_every_draw_of_the_suite_keeps_its_seeds_distinct_and_inside_the_suites_range() -> None:
+    seeds = [seed_of(name, d) for d in range(1, MAX_DRAW + 1) for name in SUITE]
+    assert len(set(seeds)) == len(seeds)
+    assert all(401 <= s <= 499 for s in seeds)
+    assert [seed_of(name) for name in SUITE] == [seed for _, seed in SUITE.values()]
+
+
+@pytest.mark.parametrize("draw", [0, MAX_DRAW + 1])
+def test_a_draw_outside_the_range_is_refused(draw: int) -> None:
+    with pytest.raises(ValueError, match="draw must be"):
+        seed_of("messy", draw)
+
+
+def test_the_upper_bound_after_no_event_is_three() -> None:
+    assert poisson_upper(0) == pytest.approx(2.9957, abs=1e-3)
+    assert poisson_upper(1) > poisson_upper(0)
+
+
+def _row(group: str, days: float, false: int, false_rules: int = 0) -> dict:
+    return {"group": group, "model": {"node_days": days, "false_actions": false},
+            "rules_baseline": {"node_days": days, "false_actions": false_rules}}
+
+
+def test_a_group_is_read_over_all_its_node_days() -> None:
+    text = pooled([_row("shift", 64, 1), _row("shift", 64, 0, 2), _row("home", 64, 0)])
+    shift = next(line for line in text.splitlines() if line.startswith("| shift"))
+    cells = [c.strip() for c in shift.strip("|").split("|")]
+    assert cells[1:5] == ["2", "128", "1 / 2", "7.8"]
+    assert float(cells[5]) == pytest.approx(1000 * poisson_upper(1) / 128, abs=0.05)
+    home = next(line for line in text.splitlines() if line.startswith("| home"))
+    assert home.split("|")[5].strip() == "0.0" and float(home.split("|")[6]) == pytest.approx(46.8, abs=0.05)
