@@ -94,8 +94,8 @@ class _Live(Collector):
 class Metrics:
     """The service's Prometheus registry and what the composition updates.
 
-    ``nodes``, ``engine`` and ``is_leader`` are read at scrape time (set by :meth:`bind`, or
-    :meth:`set_scores` for the fleet view); the rest is pushed by the service.
+    ``nodes``, ``engine`` and ``is_leader`` are read at scrape time (set by :meth:`bind`); the rest
+    is pushed by the service.
     """
 
     def __init__(self) -> None:
@@ -132,10 +132,6 @@ class Metrics:
     def deadlettered(self, n: int, reason: str) -> None:
         if n > 0:
             self.dead.labels(reason=reason).inc(n)
-
-    def set_scores(self, nodeview: Any) -> None:
-        """The fleet view whose rows are exported (read at scrape time: no work per tick)."""
-        self.nodes = nodeview
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.request_latency.labels(method=method, route=route, status=str(status)).observe(seconds)

@@ -79,12 +79,6 @@ class NodeScores:
     def rule_fault_class(self, i: int) -> FaultClass | None:
         return FaultClass(CLASSES[int(self.rule_fault[i])]) if self.rule_fault[i] > 0 else None
 
-    def to_records(self) -> list[dict]:
-        """JSON-ready rows (for ``gpu.scores`` and the API)."""
-        return [{"ts": self.ts, "node": str(self.node[i]), "p_fail": round(float(self.p_fail[i]), 4),
-                 "fault": CLASSES[int(self.fault[i])], "gpu": int(self.gpu[i]),
-                 "rule": int(self.rule[i]), "anomaly": round(float(self.anomaly[i]), 5)} for i in range(len(self))]
-
 
 #: the feature behind ``NodeScores.sbe_now``: corrected ECC errors in the short window
 SBE_NOW = "ecc_sbe_per_h_short"

@@ -74,11 +74,6 @@ class ActionState(str, enum.Enum):
     REJECTED = "rejected"
     CANCELLED = "cancelled"
 
-    @property
-    def terminal(self) -> bool:
-        return self in (ActionState.FAILED, ActionState.VERIFIED, ActionState.REJECTED,
-                        ActionState.CANCELLED)
-
 
 #: the allowed moves; anything else is a bug (or a stale writer) and is refused
 TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
