@@ -35,7 +35,7 @@ from models.bundle import ModelBundle, ScoreBatch
 from models.explainer import Explainer
 from models.node_scores import aggregate, score_batches
 from pipeline.batch import FeatureBatch
-from pipeline.frames import RECORDING_COLUMNS
+from pipeline.recordings import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 from remediation.config import PolicyConfig

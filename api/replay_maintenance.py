@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from collector.operator_events import MaintenanceWindow, OperatorEventError, maintenance_window
-from pipeline.frames import operator_context_from_frame
+from pipeline.recordings import operator_context_from_frame
 from remediation.policy import Action, Decision, PolicyState
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class MaintenanceSchedule:
     @classmethod
     def from_frame(cls, events: Any) -> "MaintenanceSchedule":
         """From a recording's events table (:meth:`Recording.events`), read into records as the
-        pipeline reads them (:func:`pipeline.frames.operator_context_from_frame`; the agent's
+        pipeline reads them (:func:`pipeline.recordings.operator_context_from_frame`; the agent's
         command results among them declare no window); empty when it has none."""
         return cls(operator_context_from_frame(events))
 

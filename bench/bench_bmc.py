@@ -32,7 +32,7 @@ from models.bundle import ModelBundle  # noqa: E402
 from models.node_scores import score_batches  # noqa: E402
 from models.rules import RulesDetector  # noqa: E402
 from pipeline.features import FEATURE_NAMES  # noqa: E402
-from pipeline.frames import RECORDING_COLUMNS  # noqa: E402
+from pipeline.recordings import RECORDING_COLUMNS  # noqa: E402
 from pipeline.stream import FeaturePipeline  # noqa: E402
 
 GPU_RULES = ("hw_thermal", "hw_power_brake")

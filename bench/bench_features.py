@@ -32,7 +32,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, not whatever pip installed
 
 from collector.schema import GPU_COUNTERS  # noqa: E402
-from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows, NetRows, NET_STATE_COUNTERS  # noqa: E402
+from pipeline.samples import GPU_COL, GPU_VALUE_COLUMNS, GpuRows, NetRows, NET_STATE_COUNTERS  # noqa: E402
 from pipeline.features import FEATURE_NAMES, compute_features  # noqa: E402
 from pipeline.settings import PipelineSettings  # noqa: E402
 from pipeline.stream import FeaturePipeline  # noqa: E402

@@ -26,7 +26,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from collector.recording import open_recording
 from pipeline.features import FEATURE_INDEX, FEATURE_NAMES
-from pipeline.frames import RECORDING_COLUMNS
+from pipeline.recordings import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from collector.bmc_events import SEL_CLASSES, THRESHOLD_KEYS, is_inlet, sel_class
-from pipeline.columns import RowBatch
+from pipeline.samples import RowBatch
 from pipeline.registry import Keys
 from pipeline.ring import Ring
 

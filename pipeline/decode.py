@@ -38,7 +38,7 @@ from collector.schema import RecordType, validate_record
 from collector.wire import WireError, columns_to_rows, decode_event, decode_telemetry, is_arrow, split_arrow
 from pipeline.bmc import BmcRows, bmc_rows_from_records
 from pipeline.bus import BusMessage, TopicPartition
-from pipeline.columns import (
+from pipeline.samples import (
     GPU_VALUE_COLUMNS,
     NET_STATE_COUNTERS,
     GpuRows,

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from collector.schema import RecordType, validate_record
 from collector.wire import ArrowTelemetry
-from pipeline.columns import GPU_VALUE_COLUMNS, NET_STATE_COUNTERS, GpuRows, NetRows, link_active_flags
+from pipeline.samples import GPU_VALUE_COLUMNS, NET_STATE_COUNTERS, GpuRows, NetRows, link_active_flags
 from pipeline.registry import Keys
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"

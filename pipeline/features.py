@@ -25,7 +25,7 @@ from collector.bmc_events import SEL_CLASSES
 from pipeline.baselines import RHO, TREND_TAU_S, DeficitTrend, RateBaselines
 from pipeline.bmc import MARGINS as BMC_MARGINS
 from pipeline.bmc import NodeBmcState
-from pipeline.columns import GPU_COL, NET_STATE_COUNTERS
+from pipeline.samples import GPU_COL, NET_STATE_COUNTERS
 from pipeline.peers import group_medians, robust_z_rows
 from pipeline.ports import PORT_STATS, NodeXidState, PortWindowState
 from pipeline.registry import GpuRegistry, PortRegistry

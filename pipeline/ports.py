@@ -1,7 +1,7 @@
 """Per-port (IB/RoCE) window state, and node-level XID counts.
 
 Ports work like GPUs (:mod:`pipeline.state`): a :class:`~pipeline.ring.Ring` per port
-slot of Σincrement and Σdt for each counter of :data:`pipeline.columns.NET_STATE_COUNTERS`
+slot of Σincrement and Σdt for each counter of :data:`pipeline.samples.NET_STATE_COUNTERS`
 (reset-safe), plus counts of samples, samples with a known link state and samples not
 ``ACTIVE``. Per port it also keeps, in telemetry time, when the link was last seen
 ``ACTIVE`` and since when it has been seen not ``ACTIVE`` after that (:meth:`PortWindowState.down_after_active_s`):
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.columns import NET_STATE_COUNTERS, NetRows
+from pipeline.samples import NET_STATE_COUNTERS, NetRows
 from pipeline.ring import ByTick, Folded, Ring
-from pipeline.runs import (
+from pipeline.deltas import (
     carried,
     counter_deltas,
     group_flags,

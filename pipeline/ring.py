@@ -8,7 +8,7 @@ empty. So memory per slot is fixed (``n_buckets * n_stats * 8`` bytes) however l
 the stream runs, and a window is a sum over at most ``n_buckets`` cells.
 
 Samples are reduced to cells by the window states' ``fold`` (with the helpers of
-:mod:`pipeline.runs`) and handed to the ring one tick at a time as :class:`Folded` cells.
+:mod:`pipeline.deltas`) and handed to the ring one tick at a time as :class:`Folded` cells.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ from collector.schema import (
     THROTTLE_SW_POWER_CAP,
     THROTTLE_SW_THERMAL,
 )
-from pipeline.columns import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
+from pipeline.samples import GPU_COL, GPU_VALUE_COLUMNS, GpuRows
 from pipeline.ring import ByTick, Folded, Ring
-from pipeline.runs import (
+from pipeline.deltas import (
     anchor_rows,
     carried,
     counter_deltas,

@@ -30,9 +30,9 @@ from collector.commands import ResultStatus, result_from_event
 from collector.operator_events import OperatorEventError, maintenance_window
 from pipeline.batch import FeatureBatch
 from pipeline.bmc import BmcRows, NodeBmcState, bmc_rows_from_frame
-from pipeline.columns import GpuRows, NetRows, XidRows
+from pipeline.samples import GpuRows, NetRows, XidRows
 from pipeline.features import FEATURE_NAMES, PartBaselines, compute_features
-from pipeline.frames import gpu_rows_from_frame, net_rows_from_frame, operator_context_from_frame, xid_rows_from_frame
+from pipeline.recordings import gpu_rows_from_frame, net_rows_from_frame, operator_context_from_frame, xid_rows_from_frame
 from pipeline.muted import MutedInterval, MutedTime
 from pipeline.ports import NodeXidState, PortWindowState
 from pipeline.registry import Keys
@@ -106,7 +106,7 @@ class FeaturePipeline:
             self._pending_min_ts = min(self._pending_min_ts, float(rows.ts.min()))
 
     def ingest_frames(self, gpu: Any = None, net: Any = None, events: Any = None) -> None:
-        """Queue recording DataFrames (columns per collector.schema; see :mod:`pipeline.frames`)."""
+        """Queue recording DataFrames (columns per collector.schema; see :mod:`pipeline.recordings`)."""
         mg = self.settings.max_gpus_per_node
         rows, bad = gpu_rows_from_frame(gpu, self.keys, mg)
         bmc, bad_bmc = bmc_rows_from_frame(events, self.keys)

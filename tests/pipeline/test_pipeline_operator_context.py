@@ -238,7 +238,7 @@ def test_live_and_replay_give_the_same_features_with_maintenance_resets_and_swap
 
 def test_a_recordings_maintenance_event_mutes_its_replay_as_the_frames_do(tmp_path) -> None:  # noqa: ANN001
     from collector.recording import Manifest, open_recording, write_recording
-    from pipeline.frames import RECORDING_COLUMNS
+    from pipeline.recordings import RECORDING_COLUMNS
 
     fleet = Fleet(nodes=2, gpus=2, ports=1, samples=360, interval_s=10.0, seed=9)
     g, n = with_burst(gpu_frame(fleet), fleet), net_frame(fleet)

@@ -1,7 +1,7 @@
 """Replay features do not change now that events are streamed by window: the pipeline fed the
 streamed windows gives the same feature batches and counts as fed the same windows holding
 the slices of the events table read whole, as the reader did before (BMC readings, SEL
-entries, XIDs and an operator maintenance window, read through pipeline.frames and pipeline.bmc)."""
+entries, XIDs and an operator maintenance window, read through pipeline.recordings and pipeline.bmc)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collector.recording import open_recording
 from collector.recording.jsonl import read_jsonl
 from collector.schema import FaultClass, RecordType, validate_frame
 from collector.simulator import SimConfig, simulate_recording
-from pipeline.frames import RECORDING_COLUMNS
+from pipeline.recordings import RECORDING_COLUMNS
 from pipeline.stream import FeaturePipeline
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline.columns import GPU_VALUE_COLUMNS, NET_STATE_COUNTERS, frame_block
-from pipeline.frames import RECORDING_COLUMNS, gpu_rows_from_frame, net_rows_from_frame
+from pipeline.samples import GPU_VALUE_COLUMNS, NET_STATE_COUNTERS, frame_block
+from pipeline.recordings import RECORDING_COLUMNS, gpu_rows_from_frame, net_rows_from_frame
 from pipeline.registry import Keys
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from collector.commands import RESULT_KIND, RESULT_SOURCE
-from pipeline.columns import (
+from pipeline.samples import (
     GPU_VALUE_COLUMNS,
     NET_STATE_COUNTERS,
     GpuRows,
