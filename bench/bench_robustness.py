@@ -49,7 +49,12 @@ def _one(args: tuple[str, str, str, str | None, str | None], observe=None) -> di
                                           "anomaly_alerts_per_1k_node_days", "unexplained_alerts_per_1k_node_days",
                                           "node_fault_incidents", "caught", "predictable", "caught_predictively",
                                           "median_lead_s", "actions_by_grade", "node_days")}
-        out[who]["per_class"] = {c: (v.get("caught"), v.get("incidents")) for c, v in (m.get("per_class") or {}).items()}
+        out[who]["per_class"] = {c: (v.get("caught"), v.get("incidents"), v.get("caught_predictively"),
+                                     v.get("predictable")) for c, v in (m.get("per_class") or {}).items()}
+        out[who]["missed"] = [{k: i.get(k) for k in ("id", "node", "gpu", "fault", "predictable", "caught", "lead_s",
+                                                      "onset_ts", "failure_ts")}
+                              for i in m.get("per_incident") or [] if i["fault"] != "app_error"
+                              and (not i["caught"] or (i["predictable"] and (i["lead_s"] or 0) < 60))]
     out["false_reasons"] = _false_reasons(rep)
     return out
 
@@ -124,6 +129,24 @@ def pooled(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def by_class(rows: list[dict]) -> str:
+    """Per group and fault class, over all the group's recordings: caught / incidents and caught
+    at least 60 s ahead / predictable (model), so a class that misses shows whichever world it is in."""
+    groups: dict[str, dict[str, list[int]]] = {}
+    for r in rows:
+        g = groups.setdefault(r["group"], {})
+        for c, counts in (r["model"].get("per_class") or {}).items():
+            acc = g.setdefault(c, [0, 0, 0, 0])
+            for j, v in enumerate(counts):
+                acc[j] += v or 0
+    classes = sorted({c for g in groups.values() for c in g})
+    lines = ["| group | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
+    for name, g in groups.items():
+        cells = [f"{g[c][0]}/{g[c][1]}, {g[c][2]}/{g[c][3]} ahead" if c in g else "—" for c in classes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, help="model directory (default: the shipped one)")
@@ -152,7 +175,7 @@ def main() -> None:
     jobs += [("validation", p.name, str(p), model, policy) for p in a.validation]
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         rows = list(ex.map(_one, jobs))
-    text = table(rows) + "\n\n" + pooled(rows)
+    text = table(rows) + "\n\n" + pooled(rows) + "\n\n" + by_class(rows)
     print(text)
     for r in rows:
         if r["false_reasons"]:

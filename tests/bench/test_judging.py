@@ -44,3 +44,14 @@ def test_a_group_is_read_over_all_its_node_days() -> None:
     assert float(cells[5]) == pytest.approx(1000 * poisson_upper(1) / 128, abs=0.05)
     home = next(line for line in text.splitlines() if line.startswith("| home"))
     assert home.split("|")[5].strip() == "0.0" and float(home.split("|")[6]) == pytest.approx(46.8, abs=0.05)
+
+
+def test_classes_are_counted_over_every_recording_of_a_group() -> None:
+    from bench_robustness import by_class
+
+    a = {"group": "shift", "model": {"per_class": {"power": (1, 2, 0, 1), "pcie": (3, 3, 2, 2)}}}
+    b = {"group": "shift", "model": {"per_class": {"power": (2, 2, 1, 1)}}}
+    text = by_class([a, b])
+    header, _, shift = text.splitlines()
+    assert header == "| group | pcie | power |"
+    assert shift == "| shift | 3/3, 2/2 ahead | 3/4, 1/2 ahead |"
