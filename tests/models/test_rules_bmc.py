@@ -18,7 +18,7 @@ from models.bundle import ModelBundle
 from models.node_scores import aggregate, score_batches
 from models.rules import DEFAULT_RULES, RulesDetector
 from pipeline.features import FEATURE_NAMES
-from pipeline.frames import RECORDING_COLUMNS
+from pipeline.recordings import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 from remediation.config import PolicyConfig
