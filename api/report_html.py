@@ -96,6 +96,64 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _at_a_glance(report: Mapping[str, Any], model: Mapping) -> str:
+    """One line on what was replayed: the fleet's size and span, its incidents, the decisions."""
+    summary = report.get("summary") or {}
+    bits = [f"{_fmt('n', model.get('node_days'))} node-days" if model.get("node_days") is not None else None,
+            f"{_fmt('n', summary.get('gpu_samples'))} GPU samples" if summary.get("gpu_samples") is not None else None,
+            f"{model['node_fault_incidents']} node-fault incidents" if model.get("node_fault_incidents") is not None
+            else None,
+            f"{model['app_error_incidents']} application errors" if model.get("app_error_incidents") else None,
+            f"{len(report.get('decisions') or [])} model decisions",
+            f"scored every {_fmt('cadence_s', summary.get('cadence_s'))}" if summary.get("cadence_s") else None]
+    held = summary.get("held_at_end")
+    if held:
+        bits.append(f"held at the end: {', '.join(str(h) for h in held)}")
+    return f'<p class="muted">{escape("; ".join(b for b in bits if b))}.</p>'
+
+
+#: the replay's own statistics (``summary``): label, unit hint for :func:`_fmt`, in this order; others follow
+_RUN_ROWS: dict[str, str] = {
+    "gpu_samples": "GPU samples", "port_samples": "port samples", "xid_events": "XID events",
+    "rejected_rows": "rows rejected (contract)", "late_rows": "rows too late for their tick",
+    "not_replayed_before_first_gpu_sample": "left out: before the first GPU sample",
+    "ticks": "ticks scored", "cadence_s": "scoring cadence", "maintenance_windows": "maintenance windows",
+    "muted_node_ticks": "node-ticks muted (maintenance, silence)",
+    "baseline_restarts": "parts whose baseline restarted (repair, reboot, swap)",
+    "unplanned_resets": "parts reset outside a repair (baseline kept)", "gpu_swaps": "GPUs swapped",
+    "held_at_end": "nodes held at the end", "suppressed_by_cause": "decisions held back, by cause",
+    "baseline_suppressed_by_cause": "rules baseline: held back, by cause",
+    "wall_s": "wall time", "cpu_s": "CPU time", "stage_cpu_s": "CPU time by stage",
+    "gpu_samples_per_s": "GPU samples per wall second", "state_bytes": "window state in memory",
+}
+
+
+def _run_value(key: str, v: Any) -> str:
+    seconds = key in ("wall_s", "cpu_s", "stage_cpu_s")
+    if isinstance(v, Mapping):
+        if not v:
+            return "none"
+        return ", ".join(f"{escape(str(k))} {f'{x:.1f} s' if seconds else _fmt('n', x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return escape(", ".join(str(x) for x in v)) if v else "none"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return _fmt(key, v)
+    if seconds:
+        return f"{v:,.1f} s"
+    if key == "state_bytes":
+        return f"{v / 2**20:,.1f} MiB"
+    if key.endswith("_per_s"):   # a rate, not a duration
+        return f"{v:,.0f}"
+    return _fmt(key, v)
+
+
+def _run_table(summary: Mapping[str, Any]) -> str:
+    """The replay's own statistics, labelled for people, the known ones first."""
+    keys = [k for k in _RUN_ROWS if k in summary] + [k for k in summary if k not in _RUN_ROWS]
+    rows = [[escape(_RUN_ROWS.get(k, k)), _run_value(k, summary[k])] for k in keys if summary[k] is not None]
+    return _table(["", ""], rows) if rows else '<p class="muted">No statistics.</p>'
+
+
 def _headline(model: Mapping, base: Mapping) -> str:
     rows = []
     for key, better in HEADLINE.items():
@@ -268,13 +326,7 @@ def write_html_report(report: Mapping[str, Any], path: str | Path) -> Path:
     decisions = list(report.get("decisions") or [])
     baseline = list(report.get("baseline_decisions") or [])
     incidents = list(report.get("incidents") or model.get("per_incident") or [])
-    parts = [f"<h1>gpuops replay: {escape(str(report.get('recording', '')))}</h1>"]
-    summary = dict(report.get("summary") or {})
-    summary.update({"model decisions": len(decisions), "node-days": model.get("node_days"),
-                    "node-fault incidents": model.get("node_fault_incidents"),
-                    "app-error incidents": model.get("app_error_incidents")})
-    parts.append(_table(["", ""], [[escape(str(k)), _fmt("n", v)] for k, v in summary.items()
-                                   if v is not None]))
+    parts = [f"<h1>gpuops replay: {escape(str(report.get('recording', '')))}</h1>", _at_a_glance(report, model)]
     if model:
         parts += ["<h2>Model vs rules baseline</h2>", _headline(model, base),
                   f'<p class="muted">Lead p10 / p90 (model): {_fmt("p10_lead_s", model.get("p10_lead_s"))}'
@@ -293,6 +345,7 @@ def write_html_report(report: Mapping[str, Any], path: str | Path) -> Path:
     if model:
         parts += ["<h2>Missed incidents</h2>", _missed(model, base),
                   "<h2>False actions (model)</h2>", _false(model, decisions)]
+    parts += ["<h2>The replay run</h2>", _run_table(report.get("summary") or {})]
     title = escape(f"gpuops replay — {report.get('recording', '')}")
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
             f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")

@@ -91,3 +91,22 @@ def test_a_missing_matplotlib_names_the_extra_to_install(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match=r"pip install gpuops\[report\]"):
         write_html_report(_report(), tmp_path / "r.html")
     assert not (tmp_path / "r.html").exists()
+
+
+def test_the_verdict_comes_first_and_the_run_statistics_last_in_words(tmp_path):
+    report = _report()
+    report["summary"] = {"gpu_samples": 1_447_742, "cadence_s": 60.0, "held_at_end": ["n-a", "n-b"],
+                         "wall_s": 9.71, "stage_cpu_s": {"read": 1.94, "scoring": 3.2},
+                         "gpu_samples_per_s": 149_695.4, "state_bytes": 26_237_952, "suppressed_by_cause": {},
+                         "samples_per_s": 312_345.6}
+    page = write_html_report(report, tmp_path / "r.html").read_text(encoding="utf-8")
+    glance = page.index('<p class="muted">20.0 node-days; 1,447,742 GPU samples; 3 node-fault incidents')
+    assert glance < page.index("<h2>Model vs rules baseline</h2>") < page.index("<h2>The replay run</h2>")
+    assert "held at the end: n-a, n-b." in page
+    run = page[page.index("<h2>The replay run</h2>"):]
+    assert "<td>wall time</td><td>9.7 s</td>" in run
+    assert "<td>CPU time by stage</td><td>read 1.9 s, scoring 3.2 s</td>" in run
+    assert "<td>GPU samples per wall second</td><td>149,695</td>" in run   # a rate, not minutes
+    assert "<td>samples_per_s</td><td>312,346</td>" in run                  # an unknown rate: its key, as a number
+    assert "<td>window state in memory</td><td>25.0 MiB</td>" in run
+    assert "<td>decisions held back, by cause</td><td>none</td>" in run
