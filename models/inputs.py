@@ -49,6 +49,10 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     (r"^node_(sm_clock|power|util)_fleet_z$",
      "a node against the whole fleet's clocks, power or load is a generation or job mix in a mixed "
      "fleet, not a fault"),
+    (r"^power_abs_dev_vs_peers$",
+     "against the node's median GPU: on a node shared by jobs (one-GPU jobs, development nodes) most GPUs "
+     "may idle, and a healthy busy GPU then reads ~8 (healthy p99 0.88), so its healthy spread is the "
+     "fleet's job mix; power_abs_dev_vs_busy_peers compares a busy GPU with the node's busy GPUs only"),
     (r"^ecc_sbe_(per_h_10m|10m_of_peak)$",
      "read by the policy as a stated rule (an hbm_ecc prediction waits while its GPU's storm of corrected "
      "errors falls from its own peak: PolicyConfig.hbm_storm_ratio); a model would learn the simulator's "

@@ -168,6 +168,39 @@ def train_bundle(recordings: Sequence[str | Path], settings: TrainSettings = Tra
     return ModelBundle(RulesDetector(FEATURE_NAMES), clf, anomaly, metadata=meta, metrics=metrics)
 
 
+def retrain_anomaly(recordings: Sequence[str | Path], base: ModelBundle, settings: TrainSettings = TrainSettings(),
+                    progress: Callable[[int, float], None] | None = None,
+                    pipeline_settings: PipelineSettings | None = None) -> ModelBundle:
+    """*base* with its anomaly detector refit on *recordings* and today's model inputs; its classifier,
+    calibration and rules are kept as they are (the same objects).
+
+    The rows are collected, sampled and split as :func:`train_bundle` does, and the detector learns from
+    the healthy ones. For a change to what the anomaly detector reads, without retraining the classifier
+    (whose inputs are stored with it and do not change)."""
+    if base.classifier is None:
+        raise TrainingError("the base model has no classifier to keep: train a whole model instead")
+    if base.metadata.get("pipeline", pipeline_signature(pipeline_settings)) != pipeline_signature(pipeline_settings):
+        raise TrainingError("the base model was trained with other pipeline windows than these")
+    t0 = time.perf_counter()
+    train, val = Dataset(), Dataset()
+    per_rec = {str(r): collect(r, settings, train, val, pipeline_settings,
+                               progress=(lambda f, i=i: progress(i, f)) if progress else None)
+               for i, r in enumerate(recordings)}
+    xt, yt, _ = train.arrays()
+    xv, yv, _ = val.arrays()
+    if not (yt == NO_FAULT).any() or not (yv == NO_FAULT).any():
+        raise TrainingError("no healthy rows in the training or the validation part of the recordings")
+    inputs, no_data = inputs_with_data(model_inputs(FEATURE_NAMES), xt)
+    anomaly = AnomalyDetector(FEATURE_NAMES, inputs, seed=settings.seed).fit(xt, yt, x_val=xv, y_val=yv)
+    meta = dict(base.metadata)
+    meta["anomaly_training"] = {"recordings": [str(r) for r in recordings], "settings": asdict(settings),
+                                "rows": per_rec, "healthy_train_rows": int((yt == NO_FAULT).sum()),
+                                "healthy_val_rows": int((yv == NO_FAULT).sum()),
+                                "viewed": [anomaly.inputs[i] for i in anomaly.cols],
+                                "inputs_without_data": list(no_data), "seconds": round(time.perf_counter() - t0, 1)}
+    return ModelBundle(base.rules, base.classifier, anomaly, metadata=meta, metrics=base.metrics)
+
+
 def inputs_with_data(inputs: Sequence[str], x: np.ndarray) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(*inputs* with at least one finite value in the training rows *x*, those without).
 

@@ -37,3 +37,10 @@ def test_every_exclusion_says_why() -> None:
     excluded = [n for n in FEATURE_NAMES if n not in model_inputs(FEATURE_NAMES)]
     assert excluded
     assert all(len(exclusion_reason(n) or "") > 20 for n in excluded)
+
+
+def test_power_is_compared_with_busy_peers_only() -> None:
+    """Against the node's median GPU, a healthy busy GPU on a node shared by one-GPU jobs reads ~8."""
+    inputs = set(model_inputs(FEATURE_NAMES))
+    assert "power_abs_dev_vs_peers" not in inputs and "power_abs_dev_vs_busy_peers" in inputs
+    assert "shared by jobs" in exclusion_reason("power_abs_dev_vs_peers")

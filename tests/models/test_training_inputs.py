@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from collector.simulator import SimConfig, simulate_recording
 from models.inputs import model_inputs
@@ -34,3 +35,24 @@ def test_a_model_trains_on_recordings_without_bmc_and_says_what_it_left_out(tmp_
     assert set(BMC) <= set(bundle.metadata["training"]["inputs_without_data"])
     assert not set(BMC) & set(bundle.classifier.inputs)
     assert bundle.classifier.inputs and bundle.anomaly.inputs == bundle.classifier.inputs
+
+
+def test_the_anomaly_detector_alone_is_refit_and_the_classifier_and_rules_are_kept(tmp_path: Path) -> None:
+    from models.bundle import ModelBundle
+    from models.training import TrainingError, retrain_anomaly
+
+    rec = tmp_path / "rec"
+    simulate_recording(SimConfig(nodes=8, hours=6, seed=5, rate_multiplier=1500), rec)
+    base = train_bundle([rec], TrainSettings(seed=0))
+    out = retrain_anomaly([rec], base, TrainSettings(seed=1))
+    assert out.classifier is base.classifier and out.rules is base.rules and out.anomaly is not base.anomaly
+    viewed = out.metadata["anomaly_training"]["viewed"]
+    assert "power_abs_dev_vs_busy_peers" in viewed and "power_abs_dev_vs_peers" not in viewed
+    assert out.metadata["training"] == base.metadata["training"]   # the classifier's story is unchanged
+    x = np.nan_to_num(np.random.default_rng(0).normal(size=(50, len(FEATURE_NAMES))).astype(np.float32))
+    saved = ModelBundle.load(out.save(tmp_path / "m"))
+    assert np.array_equal(saved.classifier.score(x).p, base.classifier.score(x).p)
+    assert np.array_equal(saved.anomaly.score(x).p, out.anomaly.score(x).p)
+    base.classifier = None
+    with pytest.raises(TrainingError, match="no classifier"):
+        retrain_anomaly([rec], base)
