@@ -52,7 +52,9 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     (r"^power_abs_dev_vs_peers$",
      "against the node's median GPU: on a node shared by jobs (one-GPU jobs, development nodes) most GPUs "
      "may idle, and a healthy busy GPU then reads ~8 (healthy p99 0.88), so its healthy spread is the "
-     "fleet's job mix; power_abs_dev_vs_busy_peers compares a busy GPU with the node's busy GPUs only"),
+     "fleet's job mix. Power is only comparable among one job's GPUs, and the telemetry names no job: "
+     "against the node's busy GPUs instead it read 1.0-1.2 at 60 s sampling on healthy shared nodes (jobs "
+     "in different phases; bench/results/robustness.md, candidates A1 and A2)"),
     (r"^ecc_sbe_(per_h_10m|10m_of_peak)$",
      "read by the policy as a stated rule (an hbm_ecc prediction waits while its GPU's storm of corrected "
      "errors falls from its own peak: PolicyConfig.hbm_storm_ratio); a model would learn the simulator's "

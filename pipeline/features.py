@@ -168,10 +168,6 @@ def _build() -> tuple[tuple[str, str, str], ...]:
           ("ecc_sbe_10m_of_peak", "ratio", "ecc_sbe_per_h_10m over the highest it read on this GPU in the last 2 h "
            "(10-minute buckets: 110-120 min): under 1 a storm is falling from its peak; 1 when no error in that time, "
            "NaN when the 10-minute rate is")]
-    # ---- ninth set: power against the peers that share the GPU's state
-    f += [("power_abs_dev_vs_busy_peers", "ratio", "|own - median of the node's busy GPUs| / that median, short-window "
-           f"power, for a busy GPU (utilisation >= {BUSY_UTIL_PCT:g} %) on a node with another busy GPU; NaN otherwise: "
-           "a busy GPU beside idle ones (a node shared by jobs) is not drawing too much")]
     return tuple(f)
 
 
@@ -219,9 +215,7 @@ _MED_GAUGES = tuple(dict.fromkeys(p[1] for p in _PEERS + _FLEET))
 _MED_IDX = np.array([WINDOW_GAUGES.index(g) for g in _MED_GAUGES])
 _FLEET_COLS = np.array([FEATURE_INDEX[name] for name, _, _ in _FLEET], np.intp)
 _CLOCK_MED, _UTIL_MED = _MED_GAUGES.index("sm_clock_mhz"), _MED_GAUGES.index("util_gpu")
-_POWER_MED = _MED_GAUGES.index("power_w")
 _BUSY_DEFICIT = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers"]
-_BUSY_POWER_DEV = FEATURE_INDEX["power_abs_dev_vs_busy_peers"]
 _DEFICIT_TREND = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers_trend"]
 _SW_THERMAL_SHORT, _HW_THERMAL_SHORT = (FEATURE_INDEX[f"throttle_{b}_frac_short"] for b in ("sw_thermal", "hw_thermal"))
 _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
@@ -378,12 +372,10 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     f[FEATURE_INDEX["node_gpus_scored"]] = per_node[nodes]
     n_scored = int(scored.sum())
     own = mean[0, _MED_IDX]  # (gauge, GPU) short-window means
-    clock, power, busy = own[_CLOCK_MED], own[_POWER_MED], own[_UTIL_MED] >= BUSY_UTIL_PCT
-    # one grouping for every gauge's node median and the median clock and power of the node's busy GPUs
-    meds = group_medians(np.vstack([own, np.where(busy, clock, np.nan)[None], np.where(busy, power, np.nan)[None]]),
-                         grp, n_scored)
-    node_med, busy_med, busy_power = meds[:-2], meds[-2, grp], meds[-1, grp]  # per node and gauge; busy, per GPU
-    busy_peers = np.bincount(grp, weights=busy, minlength=n_scored)[grp] >= 2
+    clock, busy = own[_CLOCK_MED], own[_UTIL_MED] >= BUSY_UTIL_PCT
+    # one grouping for every gauge's node median and the median clock of the node's busy GPUs
+    meds = group_medians(np.vstack([own, np.where(busy, clock, np.nan)[None]]), grp, n_scored)
+    node_med, busy_med = meds[:-1], meds[-1, grp]  # one median per node and gauge; busy clock per GPU
     med = node_med[:, grp]
     for name, g, _, _ in _PEERS:
         j = _MED_GAUGES.index(g)
@@ -398,7 +390,6 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
             v = _div(np.abs(o - m), m)
         f[FEATURE_INDEX[name]] = v
     f[_BUSY_DEFICIT] = np.where(busy, _div(busy_med - clock, busy_med), np.nan)
-    f[_BUSY_POWER_DEV] = np.where(busy & busy_peers, _div(np.abs(power - busy_power), busy_power), np.nan)
     f[_FLEET_COLS] = robust_z_rows(node_med[_FLEET_GAUGE], _FLEET_FLOOR)[:, grp]
     with np.errstate(invalid="ignore"):
         braking = np.bincount(grp, weights=f[_BRAKE_SHORT] > 0.5, minlength=n_scored) > 0

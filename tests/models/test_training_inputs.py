@@ -47,7 +47,8 @@ def test_the_anomaly_detector_alone_is_refit_and_the_classifier_and_rules_are_ke
     out = retrain_anomaly([rec], base, TrainSettings(seed=1))
     assert out.classifier is base.classifier and out.rules is base.rules and out.anomaly is not base.anomaly
     viewed = out.metadata["anomaly_training"]["viewed"]
-    assert "power_abs_dev_vs_busy_peers" in viewed and "power_abs_dev_vs_peers" not in viewed
+    assert "sm_clock_deficit_vs_busy_peers" in viewed and "temp_gpu_excess_vs_peers" in viewed
+    assert not {"power_abs_dev_vs_peers", "sm_clock_deficit_vs_busy_peers_trend"} & set(viewed)
     assert out.metadata["training"] == base.metadata["training"]   # the classifier's story is unchanged
     x = np.nan_to_num(np.random.default_rng(0).normal(size=(50, len(FEATURE_NAMES))).astype(np.float32))
     saved = ModelBundle.load(out.save(tmp_path / "m"))
