@@ -112,7 +112,7 @@ def _at_a_glance(report: Mapping[str, Any], model: Mapping) -> str:
     return f'<p class="muted">{escape("; ".join(b for b in bits if b))}.</p>'
 
 
-#: the replay's own statistics (``summary``): label, unit hint for :func:`_fmt`, in this order; others follow
+#: the replay's own statistics (``summary``): their labels, in this order; keys not named here follow
 _RUN_ROWS: dict[str, str] = {
     "gpu_samples": "GPU samples", "port_samples": "port samples", "xid_events": "XID events",
     "rejected_rows": "rows rejected (contract)", "late_rows": "rows too late for their tick",

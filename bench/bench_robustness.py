@@ -109,16 +109,21 @@ def poisson_upper(k: int, level: float = 0.95) -> float:
     return float(chi2.ppf(level, 2 * (k + 1)) / 2)
 
 
+def _groups(rows: list[dict]) -> dict[str, list[dict]]:
+    """The rows of each group, groups in the order they first appear."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["group"], []).append(r)
+    return out
+
+
 def pooled(rows: list[dict]) -> str:
     """False drains+resets per group over all its node-days, with a 95 % upper bound: one world of
     64 node-days cannot resolve the bar (one false action there is 15.6 per 1,000 node-days, and none
     bounds the rate only under 46.8), so a group's rows are also read together."""
     lines = ["| group | recordings | node-days | false drains+resets (model / rules) | per 1k node-days (model) | "
              "95 % upper bound per 1k (model) |", "|---|---|---|---|---|---|"]
-    groups: dict[str, list[dict]] = {}
-    for r in rows:
-        groups.setdefault(r["group"], []).append(r)
-    for g, rs in groups.items():
+    for g, rs in _groups(rows).items():
         days = sum(r["model"]["node_days"] or 0 for r in rs)
         k = sum(r["model"]["false_actions"] or 0 for r in rs)
         kb = sum(r["rules_baseline"]["false_actions"] or 0 for r in rs)
@@ -133,12 +138,13 @@ def by_class(rows: list[dict]) -> str:
     """Per group and fault class, over all the group's recordings: caught / incidents and caught
     at least 60 s ahead / predictable (model), so a class that misses shows whichever world it is in."""
     groups: dict[str, dict[str, list[int]]] = {}
-    for r in rows:
-        g = groups.setdefault(r["group"], {})
-        for c, counts in (r["model"].get("per_class") or {}).items():
-            acc = g.setdefault(c, [0, 0, 0, 0])
-            for j, v in enumerate(counts):
-                acc[j] += v or 0
+    for name, rs in _groups(rows).items():
+        g = groups[name] = {}
+        for r in rs:
+            for c, counts in (r["model"].get("per_class") or {}).items():
+                acc = g.setdefault(c, [0, 0, 0, 0])
+                for j, v in enumerate(counts):
+                    acc[j] += v or 0
     classes = sorted({c for g in groups.values() for c in g})
     lines = ["| group | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
     for name, g in groups.items():
@@ -165,9 +171,8 @@ def main() -> None:
     if a.suite:
         from bench_shift import SUITE
         for root in a.suite:
-            label = (lambda n: n) if len(a.suite) == 1 else (lambda n, r=root: f"{n} ({r.name})")
-            jobs += [("shift", label(n), str(root / n), model, policy) for n in SUITE
-                     if (root / n / "manifest.json").exists()]
+            jobs += [("shift", n if len(a.suite) == 1 else f"{n} ({root.name})", str(root / n), model, policy)
+                     for n in SUITE if (root / n / "manifest.json").exists()]
     if a.home:
         from bench_detection import recording
         jobs += [("home", f"seed {s}", str(recording(s, 64, 24.0)), model, policy) for s in a.home]

@@ -24,6 +24,7 @@ GPUs". gpuops uses it to *alert* a person, never to drain on its own.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,11 +33,10 @@ from sklearn.ensemble import IsolationForest
 from .base import NO_FAULT, Detector, DetectorOutput
 from .treeeval import IsolationTrees
 
-#: substrings selecting the features the detector sees: peer and fleet deviations of gauges, temperature slopes
-FEATURE_KEYS = ("_vs_peers", "_vs_busy_peers", "_fleet_z", "temp_gpu_c_slope")
-#: features those keys match that the detector does not see: the straggler rule's slow average over minutes
-#: of steady work is not a gauge's deviation now (the detector's view, as shipped, predates it)
-VIEW_EXCLUDED = frozenset({"sm_clock_deficit_vs_busy_peers_trend"})
+#: the features the detector sees: a gauge's deviation from its peers or the fleet now (names ending so), and
+#: temperature slopes. Matched at the end, so a feature derived from a deviation (the straggler rule's slow
+#: average, ``sm_clock_deficit_vs_busy_peers_trend``) is not a deviation itself
+VIEW = re.compile(r"(_vs_peers|_vs_busy_peers|_fleet_z)$|^temp_gpu_c_slope_")
 
 
 class AnomalyDetector(Detector):
@@ -48,7 +48,7 @@ class AnomalyDetector(Detector):
                  max_samples: int = 4096, seed: int = 0):
         super().__init__(feature_names, inputs)
         self.cols = np.array([i for i, n in enumerate(self.inputs)
-                              if any(k in n for k in FEATURE_KEYS) and n not in VIEW_EXCLUDED])
+                              if VIEW.search(n)])
         self.params = dict(n_estimators=n_estimators, max_samples=max_samples, random_state=seed)
         self.forest: IsolationForest | None = None
         self.fill: np.ndarray | None = None

@@ -138,18 +138,23 @@ def collect(path: str | Path, settings: TrainSettings, train: Dataset, val: Data
     return counts
 
 
+def collect_all(recordings: Sequence[str | Path], settings: TrainSettings,
+                progress: Callable[[int, float], None] | None = None,
+                pipeline_settings: PipelineSettings | None = None) -> tuple[dict[str, Any], tuple, tuple]:
+    """:func:`collect` over every recording: (counts per recording, training (x, y, w), validation (x, y, w))."""
+    train, val = Dataset(), Dataset()
+    per_rec = {str(r): collect(r, settings, train, val, pipeline_settings,
+                               progress=(lambda f, i=i: progress(i, f)) if progress else None)
+               for i, r in enumerate(recordings)}
+    return per_rec, train.arrays(), val.arrays()
+
+
 def train_bundle(recordings: Sequence[str | Path], settings: TrainSettings = TrainSettings(),
                  progress: Callable[[int, float], None] | None = None,
                  pipeline_settings: PipelineSettings | None = None) -> ModelBundle:
     """Train the anomaly detector and the classifier; rules come as they are."""
     t0 = time.perf_counter()
-    train, val = Dataset(), Dataset()
-    per_rec = {}
-    for i, r in enumerate(recordings):
-        per_rec[str(r)] = collect(r, settings, train, val, pipeline_settings,
-                                  progress=(lambda f, i=i: progress(i, f)) if progress else None)
-    xt, yt, wt = train.arrays()
-    xv, yv, wv = val.arrays()
+    per_rec, (xt, yt, wt), (xv, yv, wv) = collect_all(recordings, settings, progress, pipeline_settings)
     if (yt != NO_FAULT).sum() == 0:
         raise TrainingError("no failure precursors in the training part of the recordings: "
                             "use longer recordings or a higher --rate-multiplier")
@@ -182,12 +187,7 @@ def retrain_anomaly(recordings: Sequence[str | Path], base: ModelBundle, setting
     if base.metadata.get("pipeline", pipeline_signature(pipeline_settings)) != pipeline_signature(pipeline_settings):
         raise TrainingError("the base model was trained with other pipeline windows than these")
     t0 = time.perf_counter()
-    train, val = Dataset(), Dataset()
-    per_rec = {str(r): collect(r, settings, train, val, pipeline_settings,
-                               progress=(lambda f, i=i: progress(i, f)) if progress else None)
-               for i, r in enumerate(recordings)}
-    xt, yt, _ = train.arrays()
-    xv, yv, _ = val.arrays()
+    per_rec, (xt, yt, _), (xv, yv, _) = collect_all(recordings, settings, progress, pipeline_settings)
     if not (yt == NO_FAULT).any() or not (yv == NO_FAULT).any():
         raise TrainingError("no healthy rows in the training or the validation part of the recordings")
     inputs, no_data = inputs_with_data(model_inputs(FEATURE_NAMES), xt)
