@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from api.replay_maintenance import MaintenanceSchedule, Suppressed, by_cause
 from collector.recording import RecordingError, RecordingWindow, open_recording
@@ -121,7 +121,8 @@ class Replayer:
 
     def __init__(self, bundle: ModelBundle, policy: PolicyConfig, pipeline: PipelineSettings | None = None,
                  score_rows: int = 10_000, engine: tuple[Engine, TelemetryClock] | None = None,
-                 observe: Callable[[FeatureBatch, ScoreBatch], None] | None = None):
+                 observe: Callable[[FeatureBatch, ScoreBatch], None] | None = None,
+                 trace: Callable[[FeatureBatch, ScoreBatch, Sequence[Decision]], None] | None = None):
         self.bundle = bundle
         self.policy = engine[0].policy if engine is not None else policy
         #: when given, the model policy's decisions are the engine's (safety, store, dry-run adapter)
@@ -135,6 +136,8 @@ class Replayer:
         #: called with every scored tick's features and scores, in time order (benches read them here
         #: instead of running the pipeline a second time)
         self.observe = observe
+        #: called like *observe*, with the model policy's decisions of that tick too (``--trace``)
+        self.trace = trace
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
@@ -198,8 +201,10 @@ class Replayer:
         c1 = time.process_time()
         self.clock.cpu["scoring"] += c1 - c
         maint = self.maintenance
+        decided: list[Sequence[Decision]] = []
         for batch, ns in scored:
             explain = self.explainer.for_tick(batch, ns)
+            first = len(result.decisions)
             for k, (cfg, out, held_back) in enumerate(((self.policy, result.decisions, result.suppressed),
                                                        (self.baseline_policy, result.baseline_decisions,
                                                         result.baseline_suppressed))):
@@ -215,10 +220,14 @@ class Replayer:
                 d, held, states[k] = maint.hold_back(d, states[k], after, batch.ts)
                 out.extend(d)
                 held_back.extend(held)
+            decided.append(result.decisions[first:])
         self.clock.cpu["policy"] += time.process_time() - c1
         if self.observe is not None:
             for b, s in zip(batches, scores):
                 self.observe(b, s)
+        if self.trace is not None:
+            for b, s, d in zip(batches, scores, decided):
+                self.trace(b, s, d)
 
 def from_first_gpu_sample(windows: Iterable[RecordingWindow], cadence_s: float, skipped: Counter[str],
                           where: Path | str = "recording") -> Iterator[RecordingWindow]:

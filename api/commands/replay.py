@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -24,6 +24,13 @@ def replay(
     safety: Optional[Path] = typer.Option(
         None, "--safety", help="Safety YAML (deploy/config/safety.example.yaml): replay through the dry-run "
         "engine with these limits; the report's `engine` section shows what they held back."),
+    trace: Optional[List[str]] = typer.Option(
+        None, "--trace", metavar="NODE[:GPU]", help="Write every tick's scores, rule, decision and features of "
+        "this node (or one GPU of it) to --trace-out as CSV; repeat for more (docs/replay.md)."),
+    trace_out: Path = typer.Option(Path("trace.csv"), "--trace-out", help="CSV the --trace rows go to."),
+    trace_features: Optional[str] = typer.Option(
+        None, "--trace-features", metavar="F1,F2,...", help="Only these feature columns in the trace (default: all; "
+        "`python -m pipeline.features` lists them)."),
 ) -> None:
     """Replay a recording in telemetry time (dry run) and score the decisions against its incidents."""
     from rich.console import Console
@@ -46,6 +53,7 @@ def replay(
         except MissingExtra as e:
             console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
             raise typer.Exit(2) from None
+    tracer = None
     try:
         cfg = load_policy_config(policy)
         mpath = model or default_model_path()
@@ -56,7 +64,14 @@ def replay(
         if safety is not None:
             from api.replay import dry_run_engine
             engine = dry_run_engine(cfg, load_safety_config(safety))
-        replayer = Replayer(bundle, cfg, settings, engine=engine)
+        if trace:
+            from api.replay_trace import TraceTarget, Tracer, feature_columns, open_trace
+            targets = [TraceTarget.parse(t) for t in trace]   # every argument checked before a file is opened
+            names = feature_columns([f.strip() for f in (trace_features or "").split(",") if f.strip()])
+            tracer = Tracer(targets, open_trace(trace_out), names, [r.name for r in bundle.rules.rules])
+        elif trace_features:
+            raise ValueError("--trace-features needs --trace NODE[:GPU] (the parts to trace)")
+        replayer = Replayer(bundle, cfg, settings, engine=engine, trace=tracer)
         with Progress(TextColumn("replaying"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
             task = bar.add_task("replay", total=1.0)
@@ -69,6 +84,9 @@ def replay(
         # one line, printed as is (a reason may hold "[...]", which rich would read as markup)
         console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from None
+    finally:
+        if tracer is not None:
+            tracer.close()
     report.write_text(json.dumps(rep, indent=1, default=str) + "\n")
     if html:
         from api.report_html import write_html_report
@@ -78,6 +96,14 @@ def replay(
         h["engine"] = rep["engine"]
     console.print(json.dumps(h, indent=1))
     console.print(f"report written to {report}" + (f" and {html}" if html else ""))
+    if tracer is not None:
+        console.print(f"trace: {tracer.rows:,} rows ({len(tracer.features)} features) written to {trace_out}")
+        if tracer.missing():
+            said = ", ".join(f"{t.node}" + (f":{t.gpu}" if t.gpu is not None else "") for t in tracer.missing())
+            console.print(f"[red]error:[/red] --trace: no scored GPU matched {escape(said)} (nodes here: "
+                          f"{escape(', '.join(tracer.nodes[:5]))}{' ...' if len(tracer.nodes) > 5 else ''})",
+                          soft_wrap=True)
+            raise typer.Exit(2)
 
 
 def engine_summary(actions: list) -> dict:
