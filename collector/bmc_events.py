@@ -10,6 +10,12 @@ a deassertion says the condition ended. Everything else in a SEL (presence, a fa
 ``Lower Non-critical going low``, which healthy fans cross for a moment at low duty,
 chassis intrusion, ...) is noise to the models and no rule's business.
 
+Another collector's BMC event carries only what spec/telemetry.md §3 requires: ``source="bmc"``,
+a ``kind`` of its own and the raw ``message``. :func:`sel_of_message` reads the same three
+facts from that line when it says them the way ipmitool does (``sel elist``: ``ID | DATE |
+TIME | SENSOR | EVENT | Asserted``) or names the sensor and quotes an event text above verbatim
+(``PSU4 Status: Failure detected, redundancy lost``); anything else stays unread.
+
 ``bmc_sensor`` readings carry the BMC's own thresholds; :func:`is_inlet` picks the
 temperature sensors that measure the air coming in (where a cooling fault shows first,
 before any GPU throttles), by the names BMC vendors give them.
@@ -24,6 +30,7 @@ so the pipeline dead-letters it with that reason instead of reading a string as 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -75,6 +82,48 @@ def sel_class(sensor_type: Any, event_text: Any, asserted: Any) -> int:
         if text in c.event_texts and (sensor_type == c.sensor_type or sensor_type.startswith(c.sensor_type + " ")):
             return k
     return -1
+
+
+#: How a line names each sensor type when it is not ipmitool's SENSOR column (words, case-insensitive):
+#: "PSU" is how BMC vendors and their logs name power supplies.
+_TYPE_WORDS: tuple[tuple[str, "re.Pattern[str]"], ...] = (
+    ("Power Supply", re.compile(r"\b(power supply|psu\s*\d*)\b", re.I)),
+    ("Fan", re.compile(r"\bfan\s*\d*\b", re.I)),
+    ("Temperature", re.compile(r"\b(temperature|temp)\b", re.I)),
+)
+#: Words after which a line reports a condition ending, not starting.
+_ENDED = re.compile(r"\b(deasserted|cleared|recovered|restored|returned to normal)\b", re.I)
+_SEL_ID = re.compile(r"^[0-9a-fA-F]+$")
+_SENSOR_NUM = re.compile(r"\s*#0x[0-9a-fA-F]+$")
+
+
+def sel_of_message(message: Any) -> tuple[str, str, bool | None] | None:
+    """(sensor type, event text, asserted) of a raw BMC line, or None when it says none of them
+    as :data:`SEL_CLASSES` spell them.
+
+    An ``ipmitool sel elist`` / ``sel list`` line is read by its columns, as
+    :func:`collector.sources.ipmi.parse_sel_elist` reads them. Any other line counts only when it
+    holds a class's event text verbatim (case aside) and names that class's sensor type (``PSU4``
+    is a power supply); it is an assertion unless it says the condition ended (``Deasserted``,
+    ``cleared``, ...). A line that names no event text of a class, or another sensor, is None:
+    free text is never guessed at.
+    """
+    if not isinstance(message, str):
+        return None
+    parts = [p.strip() for p in message.split("|")]
+    if len(parts) >= 5 and _SEL_ID.match(parts[0]):
+        direction = parts[5].lower() if len(parts) > 5 else ""
+        return (_SENSOR_NUM.sub("", parts[3]), parts[4],
+                True if direction == "asserted" else False if direction == "deasserted" else None)
+    low = message.lower()
+    for c in SEL_CLASSES:
+        text = next((t for t in sorted(c.event_texts) if t.lower() in low), None)
+        if text is None:
+            continue
+        words = dict(_TYPE_WORDS)[c.sensor_type]
+        if words.search(message):
+            return c.sensor_type, text, not _ENDED.search(message)
+    return None
 
 
 def _number_or_null(v: Any) -> bool:

@@ -5,7 +5,9 @@ node's own evidence, like XIDs that name no GPU (:class:`pipeline.ports.NodeXidS
 Each becomes one :class:`BmcRows` row:
 
 * an asserted SEL entry of a :data:`collector.bmc_events.SEL_CLASSES` class is counted in a
-  per-node :class:`~pipeline.ring.Ring` (short and long window counts);
+  per-node :class:`~pipeline.ring.Ring` (short and long window counts): gpuops' own ``kind="sel"``
+  events by their fields, another collector's BMC events (any other kind) by their raw message
+  (:func:`collector.bmc_events.sel_of_message`);
 * an inlet temperature reading gives its margin to the BMC's own upper critical threshold
   (``upper_critical - value``, °C), a fan reading its margin above its lower critical one
   (``value - lower_critical``, RPM); per node the latest reading time is kept with the
@@ -30,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from collector.bmc_events import SEL_CLASSES, THRESHOLD_KEYS, is_inlet, sel_class
+from collector.bmc_events import SEL_CLASSES, THRESHOLD_KEYS, is_inlet, sel_class, sel_of_message
 from pipeline.samples import RowBatch
 from pipeline.registry import Keys
 from pipeline.ring import Ring
@@ -106,6 +108,11 @@ def bmc_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> tuple[BmcRows, i
         out[sel] = np.where(out[sel] < 0, KIND_SEEN, out[sel])
         bad[sel] = [not (isinstance(a, str) and isinstance(b, str)) or (u is None and not _null(c))
                     for a, b, c, u in zip(st, et, asserted, up)]
+    other = np.flatnonzero((kind != "sel") & (kind != "bmc_sensor"))
+    if len(other):  # another collector's line: only its raw message says what happened (spec §3)
+        read = [sel_of_message(m) for m in _column(d, "message")[other]]
+        cls = np.array([-1 if r is None else sel_class(*r) for r in read], np.int8)
+        out[other] = np.where(cls < 0, KIND_SEEN, cls)
     sen = np.flatnonzero(kind == "bmc_sensor")
     if len(sen):
         r = d.iloc[sen]

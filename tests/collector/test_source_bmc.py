@@ -13,6 +13,7 @@ import pytest
 
 from collector.agent import Agent
 from collector.agent_settings import AgentSettings
+from collector.bmc_events import sel_of_message
 from collector.sources.base import SourceError, TransientSourceError
 from collector.sources.bmc_common import SourceBackoff
 from collector.sources.ipmi import IpmiSource, parse_sel_elist, parse_sensor_list
@@ -45,6 +46,17 @@ def test_sel_elist_lines_become_entries_with_hex_ids_and_direction() -> None:
     assert entries[1].ts == pytest.approx(time.mktime(time.strptime("2026-03-12 07:06:01", "%Y-%m-%d %H:%M:%S"))
                                           - time.timezone, abs=3600)
     assert entries[2].asserted is False
+
+
+def test_a_raw_sel_line_from_another_collector_reads_as_the_ipmi_source_reads_it() -> None:
+    for e in parse_sel_elist(SEL_ELIST):
+        assert sel_of_message(e.line) == (e.sensor_type, e.event_text, e.asserted)
+    assert sel_of_message("PSU4 Status: Failure detected, redundancy lost") == ("Power Supply", "Failure detected",
+                                                                                 True)
+    assert sel_of_message("Inlet Temp: Upper Critical going high - Deasserted") == (
+        "Temperature", "Upper Critical going high", False)
+    for unread in ("PSU2 presence detected", "Failure detected on DIMM A1", "Fan 2 speed low", "", None, 42):
+        assert sel_of_message(unread) is None
 
 
 def test_sensor_list_keeps_the_bmc_thresholds_and_skips_discrete_sensors() -> None:

@@ -66,6 +66,27 @@ def test_asserted_sel_entries_of_a_failure_class_are_counted_per_node_and_others
         "node_bmc_psu_fail_count_long"].fillna(0).to_numpy()).all()  # node features: every GPU of the node
 
 
+def foreign(dt: float, node: int, kind: str, message: str) -> dict:
+    """A BMC event as another collector writes it: spec/telemetry.md §3's columns and nothing else."""
+    return {"ts": FLEET.t0 + dt, "node": f"gpu-node-{node:03d}", "gpu": None, "source": "bmc", "kind": kind,
+            "code": None, "pci_bus_id": None, "message": message}
+
+
+def test_another_collectors_bmc_lines_count_by_their_raw_message_as_ours_count_by_their_fields():
+    f = features([foreign(65, 0, "power", "PSU4 Status: Failure detected, redundancy lost"),
+                  foreign(70, 0, "sel_line", "  1c | 03/01/2026 | 10:00:05 | Fan #0x30 | Lower Critical going low "
+                                             "| Asserted"),
+                  foreign(75, 0, "power", "PSU4 Status: Failure detected cleared"),   # a condition ending
+                  foreign(80, 0, "power", "PSU2 presence detected"),                  # no class's event text
+                  foreign(85, 0, "memory", "Failure detected on DIMM A1"),            # not a class's sensor
+                  foreign(130, 1, "log", "Power Supply 1 Predictive failure")])
+    r = at(f, 2, 0)
+    assert (r["node_bmc_psu_fail_count_short"], r["node_bmc_fan_fail_count_short"]) == (1, 1)
+    assert r["node_bmc_psu_predictive_count_short"] == 0
+    assert at(f, 3, 1)["node_bmc_psu_predictive_count_short"] == 1
+    assert math.isnan(at(f, 3, 2)["node_bmc_psu_fail_count_short"])  # node 2 has no BMC at all
+
+
 def test_margins_are_the_worst_sensor_of_the_newest_reading_against_the_bmcs_own_thresholds():
     ev = [reading(10, 0, "Inlet Temp", "temperature", 24.0, INLET),
           reading(10, 0, "Exhaust Temp", "temperature", 60.0, INLET),  # not inlet air
