@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from collector.commands import RESULT_KIND, RESULT_SOURCE
+from collector.sources.kmsg import parse_xid_line
 from pipeline.samples import (
     GPU_VALUE_COLUMNS,
     NET_STATE_COUNTERS,
@@ -99,20 +100,33 @@ def net_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> NetRows:
 
 
 def xid_rows_from_frame(df: pd.DataFrame | None, keys: Keys, max_gpus: int) -> XidRows:
-    """XID events of *df* (``kind == "xid"`` with a code) as :class:`XidRows`; other events are ignored."""
-    if df is None or len(df) == 0 or "kind" not in df.columns or "code" not in df.columns:
+    """XID events of *df* (``kind == "xid"``) as :class:`XidRows`; other events are ignored.
+
+    The code is the event's ``code``; where another writer left it null, the ``NVRM: Xid`` kernel
+    line in its ``message`` (spec/telemetry.md §3: the raw line) says it, read as the kmsg source
+    reads it (:func:`collector.sources.kmsg.parse_xid_line`); with neither, the event is ignored."""
+    if df is None or len(df) == 0 or "kind" not in df.columns:
         return XidRows.empty()
-    code = nullable_ints(df["code"], -1, np.int64)
-    keep = (df["kind"].to_numpy(object) == "xid") & (code >= 0)
+    is_xid = df["kind"].to_numpy(object) == "xid"
+    code = nullable_ints(df["code"], -1, np.int64) if "code" in df.columns else np.full(len(df), -1, np.int64)
+    pci = df["pci_bus_id"].to_numpy(object).copy() if "pci_bus_id" in df.columns else np.full(len(df), None, object)
+    unread = np.flatnonzero(is_xid & (code < 0))
+    if len(unread) and "message" in df.columns:
+        for i, m in zip(unread, df["message"].to_numpy(object)[unread]):
+            x = parse_xid_line(m) if isinstance(m, str) else None
+            if x is not None and x.kind == "xid" and x.code is not None:
+                code[i] = x.code
+                pci[i] = pci[i] if isinstance(pci[i], str) else x.pci_bus_id
+    keep = is_xid & (code >= 0)
     if not keep.any():
         return XidRows.empty()
-    df = df[keep]
+    df, pci = df[keep], pci[keep]
     gpu = nullable_ints(df["gpu"], -1, np.int64) if "gpu" in df.columns else np.full(len(df), -1)
     gpu = np.where((gpu >= 0) & (gpu < max_gpus), gpu, -1).astype(np.int16)
     nodes = keys.nodes.ids_of(df["node"].to_numpy(object))
     unknown = gpu < 0
-    if unknown.any() and "pci_bus_id" in df.columns:  # the kernel line named only its PCI bus id
-        found = keys.pci.resolve(nodes[unknown], df["pci_bus_id"].to_numpy(object)[unknown])
+    if unknown.any():  # the kernel line named only its PCI bus id
+        found = keys.pci.resolve(nodes[unknown], pci[unknown])
         gpu[unknown] = np.where(found < max_gpus, found, -1)
     return XidRows(df["ts"].to_numpy(np.float64), nodes, gpu, code[keep].astype(np.int32))
 
