@@ -19,6 +19,7 @@ import csv
 import datetime as dt
 import difflib
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Sequence
@@ -97,12 +98,10 @@ class Tracer:
         on_node = np.isin(batch.node, list(self._nodes))
         if not on_node.any():
             return
-        did = {}
+        did: dict[tuple[str, int | None], list[str]] = defaultdict(list)
         for d in decisions:
             if d.node in self._nodes:
-                key = (d.node, d.gpu)
-                did[key] = f"{did[key]}; " if key in did else ""
-                did[key] += f"{d.action.value} ({d.source}, {d.grade.value}): {d.reason}"
+                did[(d.node, d.gpu)].append(f"{d.action.value} ({d.source}, {d.grade.value}): {d.reason}")
         stamp = dt.datetime.fromtimestamp(batch.ts, dt.timezone.utc).isoformat(timespec="seconds")
         for i in np.flatnonzero(on_node):
             node, gpu = str(batch.node[i]), int(batch.gpu[i])
@@ -113,9 +112,10 @@ class Tracer:
                 self.seen.add(TraceTarget(node, gpu))
             r = int(scores.rule[i])
             v = -1 if scores.rule_vetoed is None else int(scores.rule_vetoed[i])
-            decision = "; ".join(x for x in (did.get((node, None)), did.get((node, gpu))) if x)
-            self._w.writerow((f"{batch.ts:.17g}", stamp, node, gpu, _num(scores.p_fail[i]), CLASSES[int(scores.fault[i])],
-                              self._rule(r), CLASSES[int(scores.rule_fault[i])] if r >= 0 else "", self._rule(v),
+            decision = "; ".join(did.get((node, None), []) + did.get((node, gpu), []))
+            self._w.writerow((f"{batch.ts:.17g}", stamp, node, gpu, _num(scores.p_fail[i]),
+                              CLASSES[int(scores.fault[i])], self._rule(r),
+                              CLASSES[int(scores.rule_fault[i])] if r >= 0 else "", self._rule(v),
                               _num(scores.anomaly[i]), decision, *(_num(x) for x in batch.x[i, self._cols])))
             self.rows += 1
 
