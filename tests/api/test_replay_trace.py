@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -76,6 +77,21 @@ def test_the_first_incident_gpu_shows_the_signal_the_decision_read(traced) -> No
     assert acted
     row = t[(t["ts"] == acted[0]["ts"]) & (t["gpu"] == (acted[0]["gpu"] if acted[0]["gpu"] is not None else gpu))]
     assert row["fault"].iloc[0] == acted[0]["fault"] or row["rule_fault"].iloc[0] == acted[0]["fault"]
+
+
+def test_through_the_dry_run_engine_the_trace_shows_the_engines_decisions(small_recording, tmp_path) -> None:
+    safety = Path(__file__).resolve().parents[2] / "deploy" / "config" / "safety.example.yaml"
+    first = json.loads((small_recording / "incidents.jsonl").read_text().splitlines()[0])
+    res = CliRunner().invoke(build_cli(), ["replay", str(small_recording), "--report", str(tmp_path / "r.json"),
+                                           "--safety", str(safety), "--trace", first["node"],
+                                           "--trace-out", str(tmp_path / "t.csv"), "--trace-features", "ecc_sbe_cusum"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    t = pd.read_csv(tmp_path / "t.csv", dtype={"decision": str})
+    mine = [d for d in rep["decisions"] if d["node"] == first["node"]]
+    assert mine and t["decision"].notna().sum() >= len(mine)
+    for d in mine:
+        assert t[(t["ts"] == d["ts"])]["decision"].fillna("").str.contains(d["reason"], regex=False).any(), d
 
 
 def test_a_mistyped_node_fails_after_the_report_naming_the_nodes_there(small_recording, tmp_path) -> None:
