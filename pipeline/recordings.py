@@ -102,33 +102,38 @@ def net_rows_from_frame(df: pd.DataFrame | None, keys: Keys) -> NetRows:
 def xid_rows_from_frame(df: pd.DataFrame | None, keys: Keys, max_gpus: int) -> XidRows:
     """XID events of *df* (``kind == "xid"``) as :class:`XidRows`; other events are ignored.
 
-    The code is the event's ``code``; where another writer left it null, the ``NVRM: Xid`` kernel
-    line in its ``message`` (spec/telemetry.md §3: the raw line) says it, read as the kmsg source
-    reads it (:func:`collector.sources.kmsg.parse_xid_line`); with neither, the event is ignored."""
+    Code, GPU and bus id are the event's own columns. Where another writer left the code null,
+    or named neither the GPU nor its bus id, the ``NVRM: Xid`` kernel line in its ``message``
+    (spec/telemetry.md §3: the raw line) says them, read as the kmsg source reads it
+    (:func:`collector.sources.kmsg.parse_xid_line`); an event with no code either way is ignored."""
     if df is None or len(df) == 0 or "kind" not in df.columns:
         return XidRows.empty()
+    n = len(df)
     is_xid = df["kind"].to_numpy(object) == "xid"
-    code = nullable_ints(df["code"], -1, np.int64) if "code" in df.columns else np.full(len(df), -1, np.int64)
-    pci = df["pci_bus_id"].to_numpy(object).copy() if "pci_bus_id" in df.columns else np.full(len(df), None, object)
-    unread = np.flatnonzero(is_xid & (code < 0))
-    if len(unread) and "message" in df.columns:
+    code = nullable_ints(df["code"], -1, np.int64) if "code" in df.columns else np.full(n, -1, np.int64)
+    gpu = nullable_ints(df["gpu"], -1, np.int64) if "gpu" in df.columns else np.full(n, -1, np.int64)
+    gpu = np.where((gpu >= 0) & (gpu < max_gpus), gpu, -1).astype(np.int16)
+    pci = df["pci_bus_id"].to_numpy(object).copy() if "pci_bus_id" in df.columns else np.full(n, None, object)
+    asks = np.flatnonzero(is_xid & ((code < 0) | (gpu < 0)))  # few: one Python step each
+    unread = [i for i in asks if code[i] < 0 or not isinstance(pci[i], str)]
+    if unread and "message" in df.columns:
         for i, m in zip(unread, df["message"].to_numpy(object)[unread]):
             x = parse_xid_line(m) if isinstance(m, str) else None
-            if x is not None and x.kind == "xid" and x.code is not None:
-                code[i] = x.code
-                pci[i] = pci[i] if isinstance(pci[i], str) else x.pci_bus_id
+            if x is None or x.kind != "xid" or x.code is None or (code[i] >= 0 and code[i] != x.code):
+                continue  # not an XID line, or one about another code than the event's: not this event's
+            code[i] = x.code
+            if not isinstance(pci[i], str):
+                pci[i] = x.pci_bus_id
     keep = is_xid & (code >= 0)
     if not keep.any():
         return XidRows.empty()
-    df, pci = df[keep], pci[keep]
-    gpu = nullable_ints(df["gpu"], -1, np.int64) if "gpu" in df.columns else np.full(len(df), -1)
-    gpu = np.where((gpu >= 0) & (gpu < max_gpus), gpu, -1).astype(np.int16)
-    nodes = keys.nodes.ids_of(df["node"].to_numpy(object))
+    ts, node, gpu, pci = df["ts"].to_numpy(np.float64)[keep], df["node"].to_numpy(object)[keep], gpu[keep], pci[keep]
+    nodes = keys.nodes.ids_of(node)
     unknown = gpu < 0
-    if unknown.any():  # the kernel line named only its PCI bus id
+    if unknown.any():  # the event named only its PCI bus id
         found = keys.pci.resolve(nodes[unknown], pci[unknown])
         gpu[unknown] = np.where(found < max_gpus, found, -1)
-    return XidRows(df["ts"].to_numpy(np.float64), nodes, gpu, code[keep].astype(np.int32))
+    return XidRows(ts, nodes, gpu, code[keep].astype(np.int32))
 
 
 def operator_context_from_frame(df: pd.DataFrame | None) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from pipeline.settings import PipelineSettings
@@ -45,16 +46,20 @@ def test_an_xid_without_a_code_is_read_from_its_kernel_line_as_the_kmsg_source_r
     fleet = Fleet(nodes=1, gpus=4, samples=12, interval_s=10.0)
     g = gpu_frame(fleet)
     g["pci_bus_id"] = [f"00000000:{0x18 + 0x20 * int(i):02X}:00.0" for i in g["gpu"]]
-    e = events_frame(fleet, [(15, 0, None, 79), (16, 0, None, 48), (17, 0, None, 13), (18, 0, None, 31)])
-    e["code"] = e["code"].astype("Int32")
-    e.loc[:, "code"] = [None, None, None, 31]
-    e["pci_bus_id"] = [None, None, None, None]
+    e = events_frame(fleet, [(15, 0, None, 79), (16, 0, None, 48), (17, 0, None, 13), (18, 0, None, 31),
+                             (19, 0, None, 74), (20, 0, None, 74)])
+    e["code"] = pd.array([None, None, None, 31, 74, 74], dtype="Int32")
+    e["pci_bus_id"] = [None] * 6
     e["message"] = ["NVRM: Xid (PCI:0000:58:00): 79, pid=1234, GPU has fallen off the bus.",
                     "kernel: [ 812.3] NVRM: Xid (PCI:0000:38:00): 48, pid=99, An uncorrectable ECC error",
-                    "NVRM: a line that names no XID", None]
+                    "NVRM: a line that names no XID", None,
+                    "NVRM: Xid (PCI:0000:78:00): 74, pid=7, NVLink: fatal error",   # coded, bus id only here
+                    "NVRM: Xid (PCI:0000:18:00): 79, pid=7, GPU has fallen off the bus."]  # another code's line
     pipe = FeaturePipeline(SETTINGS)
     pipe.ingest_frames(g, None, e)
     f = pipe.flush()[0].to_frame().set_index("gpu")
     assert f.loc[2, "xid_off_bus_count_short"] == 1 and f["xid_off_bus_count_short"].sum() == 1
     assert f.loc[1, "xid_dbe_count_short"] == 1 and f["xid_dbe_count_short"].sum() == 1
+    assert f.loc[3, "xid_nvlink_count_short"] == 1 and f["xid_nvlink_count_short"].sum() == 1
     assert f["node_xid_app_count_short"].max() == 1  # the coded 31, on no GPU; the line without an XID: nothing
+    assert f["node_xid_nvlink_count_short"].max() == 1  # the 74 whose line is about a 79: on no GPU, not a guess
