@@ -86,42 +86,73 @@ def sel_class(sensor_type: Any, event_text: Any, asserted: Any) -> int:
 
 #: How a line names each sensor type when it is not ipmitool's SENSOR column (words, case-insensitive):
 #: "PSU" is how BMC vendors and their logs name power supplies.
-_TYPE_WORDS: tuple[tuple[str, "re.Pattern[str]"], ...] = (
-    ("Power Supply", re.compile(r"\b(power supply|psu\s*\d*)\b", re.I)),
-    ("Fan", re.compile(r"\bfan\s*\d*\b", re.I)),
-    ("Temperature", re.compile(r"\b(temperature|temp)\b", re.I)),
-)
+_TYPE_WORDS: dict[str, "re.Pattern[str]"] = {
+    "Power Supply": re.compile(r"\b(power supply|psu\s*\d*)\b", re.I),
+    "Fan": re.compile(r"\bfan\s*\d*\b", re.I),
+    "Temperature": re.compile(r"\b(temperature|temp)\b", re.I),
+}
+#: each class's event texts, lower case, in a fixed order (matched inside free text)
+_TEXTS_LOWER = tuple((c, tuple((t, t.lower()) for t in sorted(c.event_texts))) for c in SEL_CLASSES)
 #: Words after which a line reports a condition ending, not starting.
 _ENDED = re.compile(r"\b(deasserted|cleared|recovered|restored|returned to normal)\b", re.I)
-_SEL_ID = re.compile(r"^[0-9a-fA-F]+$")
 _SENSOR_NUM = re.compile(r"\s*#0x[0-9a-fA-F]+$")
+
+
+@dataclass(frozen=True)
+class SelLine:
+    """The columns of one ``ipmitool sel elist`` / ``sel list`` line:
+    ``ID | DATE | TIME | SENSOR | EVENT [| Asserted/Deasserted [| detail]]``."""
+
+    sel_id: int        # hexadecimal in the line (ipmitool prints ``%4x``)
+    date: str
+    time: str
+    sensor: str        # ``Power Supply #0x01``, or the type and the SDR's name
+    event_text: str
+    asserted: bool | None
+
+    @property
+    def sensor_type(self) -> str:
+        return sel_sensor_type(self.sensor)
+
+
+def sel_sensor_type(sensor: str) -> str:
+    """The IPMI sensor type of a SEL line's SENSOR column: ``Power Supply #0x01`` → ``Power Supply``."""
+    return _SENSOR_NUM.sub("", sensor)
+
+
+def parse_sel_line(line: str) -> SelLine | None:
+    """The columns of an ipmitool SEL line, or None when *line* is not one (a warning, free text)."""
+    parts = [p.strip() for p in line.split("|")]
+    if len(parts) < 5:
+        return None
+    try:
+        sel_id = int(parts[0], 16)
+    except ValueError:
+        return None
+    direction = parts[5].lower() if len(parts) > 5 else ""
+    asserted = True if direction == "asserted" else False if direction == "deasserted" else None
+    return SelLine(sel_id, parts[1], parts[2], parts[3], parts[4], asserted)
 
 
 def sel_of_message(message: Any) -> tuple[str, str, bool | None] | None:
     """(sensor type, event text, asserted) of a raw BMC line, or None when it says none of them
     as :data:`SEL_CLASSES` spell them.
 
-    An ``ipmitool sel elist`` / ``sel list`` line is read by its columns, as
-    :func:`collector.sources.ipmi.parse_sel_elist` reads them. Any other line counts only when it
-    holds a class's event text verbatim (case aside) and names that class's sensor type (``PSU4``
-    is a power supply); it is an assertion unless it says the condition ended (``Deasserted``,
-    ``cleared``, ...). A line that names no event text of a class, or another sensor, is None:
-    free text is never guessed at.
+    An ``ipmitool sel elist`` / ``sel list`` line is read by its columns (:func:`parse_sel_line`,
+    as the IPMI source reads it). Any other line counts only when it holds a class's event text
+    verbatim (case aside) and names that class's sensor type (``PSU4`` is a power supply); it is
+    an assertion unless it says the condition ended (``Deasserted``, ``cleared``, ...). A line
+    that names no event text of a class, or another sensor, is None: free text is never guessed at.
     """
     if not isinstance(message, str):
         return None
-    parts = [p.strip() for p in message.split("|")]
-    if len(parts) >= 5 and _SEL_ID.match(parts[0]):
-        direction = parts[5].lower() if len(parts) > 5 else ""
-        return (_SENSOR_NUM.sub("", parts[3]), parts[4],
-                True if direction == "asserted" else False if direction == "deasserted" else None)
+    sel = parse_sel_line(message)
+    if sel is not None:
+        return sel.sensor_type, sel.event_text, sel.asserted
     low = message.lower()
-    for c in SEL_CLASSES:
-        text = next((t for t in sorted(c.event_texts) if t.lower() in low), None)
-        if text is None:
-            continue
-        words = dict(_TYPE_WORDS)[c.sensor_type]
-        if words.search(message):
+    for c, texts in _TEXTS_LOWER:
+        text = next((t for t, lower in texts if lower in low), None)
+        if text is not None and _TYPE_WORDS[c.sensor_type].search(message):
             return c.sensor_type, text, not _ENDED.search(message)
     return None
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import tempfile
 from calendar import timegm
@@ -38,14 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from time import strptime
 
+from collector.bmc_events import parse_sel_line, sel_sensor_type
 from collector.sources.base import (PermanentSourceError, Record, SourceBatch, SourceOptions,
                                     TransientSourceError)
 from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_event
 
 log = logging.getLogger(__name__)
-
-_SENSOR_NUM_RE = re.compile(r"\s*#0x[0-9a-fA-F]+$")
-
 
 @dataclass(frozen=True)
 class SelEntry:
@@ -61,33 +58,26 @@ class SelEntry:
     @property
     def sensor_type(self) -> str:
         """``Power Supply #0x01`` → ``Power Supply``."""
-        return _SENSOR_NUM_RE.sub("", self.sensor)
+        return sel_sensor_type(self.sensor)
 
 
 def parse_sel_elist(text: str) -> list[SelEntry]:
     """The entries of ``sel elist`` output; lines that are not entries (warnings, blanks) are skipped.
 
-    A line is ``ID | DATE | TIME | SENSOR | EVENT [| Asserted/Deasserted [| detail]]``; the id
-    is hexadecimal (ipmitool prints ``%4x``); dates are ``MM/DD/YYYY`` and ``HH:MM:SS``, read
-    as UTC; ``Pre-Init`` dates give ``ts`` None.
+    Each line's columns are read by :func:`collector.bmc_events.parse_sel_line`; dates are
+    ``MM/DD/YYYY`` and ``HH:MM:SS``, read as UTC; ``Pre-Init`` dates give ``ts`` None.
     """
     out = []
     for raw in text.splitlines():
-        parts = [p.strip() for p in raw.split("|")]
-        if len(parts) < 5:
-            continue
-        try:
-            sel_id = int(parts[0], 16)
-        except ValueError:
+        sel = parse_sel_line(raw)
+        if sel is None:
             continue
         ts = None
         try:
-            ts = float(timegm(strptime(f"{parts[1]} {parts[2]}", "%m/%d/%Y %H:%M:%S")))
+            ts = float(timegm(strptime(f"{sel.date} {sel.time}", "%m/%d/%Y %H:%M:%S")))
         except ValueError:
             pass
-        direction = parts[5].lower() if len(parts) > 5 else ""
-        asserted = True if direction == "asserted" else False if direction == "deasserted" else None
-        out.append(SelEntry(sel_id, ts, parts[3], parts[4], asserted, raw.strip()))
+        out.append(SelEntry(sel.sel_id, ts, sel.sensor, sel.event_text, sel.asserted, raw.strip()))
     return out
 
 
