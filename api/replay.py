@@ -220,7 +220,8 @@ class Replayer:
                 d, held, states[k] = maint.hold_back(d, states[k], after, batch.ts)
                 out.extend(d)
                 held_back.extend(held)
-            decided.append(result.decisions[first:])
+            if self.trace is not None:
+                decided.append(result.decisions[first:])
         self.clock.cpu["policy"] += time.process_time() - c1
         if self.observe is not None:
             for b, s in zip(batches, scores):

@@ -72,29 +72,34 @@ def feature_columns(names: Sequence[str] | None) -> list[str]:
 
 
 class Tracer:
-    """Writes the traced parts' rows to *out* as :class:`api.replay.Replayer` scores each tick."""
+    """Writes the traced parts' rows to the CSV *path* as :class:`api.replay.Replayer` scores each tick.
 
-    def __init__(self, targets: Iterable[TraceTarget], out: IO[str], features: Sequence[str] | None = None,
+    Every argument is checked before the file is opened (a bad one leaves no file behind)."""
+
+    def __init__(self, targets: Iterable[TraceTarget], path: Path, features: Sequence[str] | None = None,
                  rule_names: Sequence[str] = ()) -> None:
         self.targets = list(dict.fromkeys(targets))
         if not self.targets:
             raise ValueError("a trace needs at least one NODE or NODE:GPU")
         self.features = feature_columns(features)
+        if not path.parent.is_dir():
+            raise ValueError(f"--trace-out {path}: folder {path.parent} does not exist")
         self._cols = np.array([FEATURE_NAMES.index(f) for f in self.features], np.intp)
         self._nodes = {t.node for t in self.targets}
         self._whole = {t.node for t in self.targets if t.gpu is None}
         self._gpus = {(t.node, t.gpu) for t in self.targets if t.gpu is not None}
         self.rule_names = tuple(rule_names)
         self.seen: set[TraceTarget] = set()
-        self._scored: set[str] = set()
+        self._scored: list[str] | None = None
         self.rows = 0
-        self._out = out
-        self._w = csv.writer(out, lineterminator="\n")
+        self._out: IO[str] = path.open("w", newline="")
+        self._w = csv.writer(self._out, lineterminator="\n")
         self._w.writerow(HEAD + tuple(self.features))
 
     def __call__(self, batch: FeatureBatch, scores: ScoreBatch, decisions: Sequence[Decision] = ()) -> None:
         """One scored tick, with the model policy's decisions on it."""
-        self._scored.update(batch.node.tolist())
+        if self._scored is None:  # the nodes of the first tick: enough to show what a mistyped name could be
+            self._scored = sorted(set(batch.node.tolist()))
         on_node = np.isin(batch.node, list(self._nodes))
         if not on_node.any():
             return
@@ -121,8 +126,8 @@ class Tracer:
 
     @property
     def nodes(self) -> list[str]:
-        """Every node scored so far, sorted (to say what a mistyped name could have been)."""
-        return sorted(self._scored)
+        """The nodes of the first scored tick, sorted (to say what a mistyped name could have been)."""
+        return self._scored or []
 
     def close(self) -> None:
         self._out.close()
@@ -141,10 +146,3 @@ def _num(v: float) -> str:
     """A value as CSV text: 7 significant digits (the features are float32), empty when unknown."""
     v = float(v)
     return "" if math.isnan(v) else f"{v:.7g}"
-
-
-def open_trace(path: Path) -> IO[str]:
-    """*path* opened for the CSV (its folder must exist: a typo should not create directories)."""
-    if not path.parent.is_dir():
-        raise ValueError(f"--trace-out {path}: folder {path.parent} does not exist")
-    return path.open("w", newline="")

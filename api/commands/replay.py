@@ -65,10 +65,10 @@ def replay(
             from api.replay import dry_run_engine
             engine = dry_run_engine(cfg, load_safety_config(safety))
         if trace:
-            from api.replay_trace import TraceTarget, Tracer, feature_columns, open_trace
-            targets = [TraceTarget.parse(t) for t in trace]   # every argument checked before a file is opened
-            names = feature_columns([f.strip() for f in (trace_features or "").split(",") if f.strip()])
-            tracer = Tracer(targets, open_trace(trace_out), names, [r.name for r in bundle.rules.rules])
+            from api.replay_trace import TraceTarget, Tracer
+            tracer = Tracer([TraceTarget.parse(t) for t in trace], trace_out,
+                            [f.strip() for f in (trace_features or "").split(",") if f.strip()],
+                            [r.name for r in bundle.rules.rules])
         elif trace_features:
             raise ValueError("--trace-features needs --trace NODE[:GPU] (the parts to trace)")
         replayer = Replayer(bundle, cfg, settings, engine=engine, trace=tracer)
