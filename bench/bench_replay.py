@@ -46,11 +46,15 @@ from models.bundle import ModelBundle  # noqa: E402
 from remediation.config import PolicyConfig  # noqa: E402
 
 
-def one_run(bundle: ModelBundle, recording: Path) -> dict:
-    s = Replayer(bundle, PolicyConfig()).run(recording).stats
+def run_row(s: dict) -> dict:
+    """A replay's stats (``cpu_s``, ``wall_s``, ``gpu_samples``, ``stage_cpu_s``) as one measured run."""
     return {"cpu_s": s["cpu_s"], "wall_s": s["wall_s"], "gpu_samples": s["gpu_samples"],
             "per_cpu_s": s["gpu_samples"] / s["cpu_s"], "per_wall_s": s["gpu_samples"] / s["wall_s"],
             **{f"{k}_s": v for k, v in s["stage_cpu_s"].items()}}
+
+
+def one_run(bundle: ModelBundle, recording: Path) -> dict:
+    return run_row(Replayer(bundle, PolicyConfig()).run(recording).stats)
 
 
 def measure(name: str, bundle: ModelBundle, recording: Path, runs: int) -> dict:
@@ -65,6 +69,7 @@ def measure(name: str, bundle: ModelBundle, recording: Path, runs: int) -> dict:
 
 
 HERE = Path(__file__).resolve().parents[1]
+HEADER = f"### {dt.date.today()} — {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 #: one replay by the code under ``argv[1]`` (a checkout), printed as one JSON line
 ONE_RUN = """
@@ -85,10 +90,7 @@ def run_in(root: Path, recording: Path, model: Path | None) -> dict:
                        cwd=root, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"replay with the code of {root} failed:\n{p.stderr.strip()[-2000:]}")
-    s = json.loads(p.stdout.strip().splitlines()[-1])
-    return {"cpu_s": s["cpu_s"], "wall_s": s["wall_s"], "gpu_samples": s["gpu_samples"],
-            "per_cpu_s": s["gpu_samples"] / s["cpu_s"], "per_wall_s": s["gpu_samples"] / s["wall_s"],
-            **{f"{k}_s": v for k, v in s["stage_cpu_s"].items()}}
+    return run_row(json.loads(p.stdout.strip().splitlines()[-1]))
 
 
 def compare(rev: str, recording: Path, model: Path | None, runs: int,
@@ -145,8 +147,7 @@ def main() -> None:
     if a.compare:
         model = a.model.resolve() if a.model else None
         rows = compare(a.compare, a.recording.resolve(), model, a.runs)
-        lines = [f"### {dt.date.today()} — {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-                 f"recording {a.recording}: {rows[0]['gpu_samples']:,.0f} GPU samples; "
+        lines = [HEADER, f"recording {a.recording}: {rows[0]['gpu_samples']:,.0f} GPU samples; "
                  f"{'model ' + str(a.model) if a.model else 'rules only'}; {a.runs} runs each, alternating, "
                  "one process per run, after a warm-up run of each", "",
                  "| code | GPU samples/CPU-s (median) | every run | CPU s | read | pipeline | scoring | policy |",
@@ -155,24 +156,25 @@ def main() -> None:
             lines.append(f"| {r['name']} | {r['per_cpu_s']:,.0f} | {', '.join(f'{v / 1e3:,.0f} k' for v in r['runs'])} | "
                          f"{r['cpu_s']:.1f} | {r['read_s']:.1f} | {r['pipeline_s']:.1f} | {r['scoring_s']:.1f} | "
                          f"{r['policy_s']:.1f} |")
-        print("\n".join(lines))
-        if a.write:
-            with a.write.open("a") as fh:
-                fh.write("\n".join(lines) + "\n\n")
+        emit(lines, a.write)
         return
     rows = [measure("rules only", ModelBundle.rules_only(), a.recording, a.runs)]
     if a.model:
         rows.append(measure(f"model {a.model}", ModelBundle.load(a.model), a.recording, a.runs))
-    lines = [f"### {dt.date.today()} — {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-             f"recording {a.recording}: {rows[0]['gpu_samples']:,.0f} GPU samples; median of {a.runs} runs", "",
+    lines = [HEADER, f"recording {a.recording}: {rows[0]['gpu_samples']:,.0f} GPU samples; median of {a.runs} runs", "",
              "| bundle | GPU samples/CPU-s | GPU samples/wall-s | CPU s | read | pipeline | scoring | policy |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['per_cpu_s']:,.0f} | {r['per_wall_s']:,.0f} | {r['cpu_s']:.1f} | "
                      f"{r['read_s']:.1f} | {r['pipeline_s']:.1f} | {r['scoring_s']:.1f} | {r['policy_s']:.1f} |")
+    emit(lines, a.write)
+
+
+def emit(lines: list[str], write: Path | None) -> None:
+    """Print a results table; with *write*, append it to that Markdown file too."""
     print("\n".join(lines))
-    if a.write:
-        with a.write.open("a") as fh:
+    if write:
+        with write.open("a") as fh:
             fh.write("\n".join(lines) + "\n\n")
 
 
