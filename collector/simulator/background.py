@@ -29,6 +29,12 @@ IB_TRICKLE = ("port_rcv_errors", "symbol_error", "excessive_buffer_overrun_error
 IB_TRICKLE_SHARE = {"port_rcv_errors": 1.0, "symbol_error": 0.6, "excessive_buffer_overrun_errors": 0.05,
                     "link_error_recovery": 0.01}
 REMAP_MESSAGE = "Row Remapper: New row marked for remapping, reset gpu to activate."
+SBE_RATE_MESSAGE = "High single-bit ECC error rate"
+#: Corrected errors per hour at which the simulated driver logs XID 92 ("excessive SBE interrupts",
+#: IGNORE): the least rate of a benign burst (100 SBE in 30 min), which logs it at its onset, so a
+#: failing HBM's precursor logs it too once its errors come as fast. NVIDIA publishes no trigger;
+#: what matters is that it follows the rate, not the cause (D).
+SBE_XID92_PER_H = 200.0
 SBE_LOG_SD = 1.5       # heavy tail of per-GPU SBE rates, log units (FR §2 SBE: 98 % from a few cards)
 TRICKLE_LOG_SD = 1.0   # spread of PCIe/NVLink/IB trickle rates around the world's median, log units (D)
 NVLINK_DATA_SHARE = 0.05  # NVLink data CRC errors per flit CRC error on a healthy link (D)
@@ -210,7 +216,7 @@ def apply_background(ch: "Chunk", bg: Background) -> None:
                 ch.rate("ecc_sbe_vol")[lo:hi, e.part] += e.per_tick if not e.tau_ticks else \
                     e.per_tick * np.exp(-(np.arange(ch.a + lo, ch.a + hi) - e.a) / e.tau_ticks)
             if at is not None:
-                ch.bg_event(at, e.part, 92, "High single-bit ECC error rate")
+                ch.bg_event(at, e.part, 92, SBE_RATE_MESSAGE)
             if e.remap:
                 # a flat burst remaps its row half-way; a tailing one near its onset, where its errors are
                 r = e.a + max(1, (e.b - e.a) // 2 if not e.tau_ticks else int(e.tau_ticks // 2))
@@ -239,7 +245,7 @@ def apply_background(ch: "Chunk", bg: Background) -> None:
                 ch.net_inc("link_error_recovery")[at, e.part] += 1
         elif e.kind in ("app_xid", "info_xid") and at is not None:
             msg = REMAP_MESSAGE if e.code == 63 else \
-                "High single-bit ECC error rate" if e.code == 92 else "Application error"
+                SBE_RATE_MESSAGE if e.code == 92 else "Application error"
             ch.bg_event(at, e.part, e.code, msg)
 
 

@@ -27,7 +27,7 @@ from collector.schema import (
     FaultClass,
 )
 
-from .background import REMAP_MESSAGE
+from .background import REMAP_MESSAGE, SBE_RATE_MESSAGE, SBE_XID92_PER_H
 
 if TYPE_CHECKING:
     from .generate import Chunk
@@ -86,6 +86,17 @@ def _grow(inc: "Incident", p: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return base * _gate(inc, p)
 
 
+def _sbe_rate_reached(inc: "Incident", per_h: float) -> int | None:
+    """The first tick of *inc*'s precursor whose corrected-error rate is at least *per_h* (None: never)."""
+    start = inc.precursor_start()
+    ticks = np.arange(start, inc.failure)
+    if not len(ticks):
+        return None
+    rate = _grow(inc, (ticks - start) / max(inc.failure - start, 1), 3.0, 600.0)
+    hit = np.flatnonzero(rate >= per_h)
+    return int(ticks[hit[0]]) if len(hit) else None
+
+
 def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
     g = ch.gpu_col(inc)
     pre, p, failed = _phases(ch, inc)
@@ -103,6 +114,9 @@ def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
         lo, hi = max(remap_ticks[0], ch.a) - ch.a, min(inc.failure, ch.b) - ch.a
         if hi > lo:
             ch.g["row_remap_pending"][lo:hi, g] = 1.0
+        t92 = _sbe_rate_reached(inc, SBE_XID92_PER_H)
+        if t92 is not None and ch.a <= t92 < ch.b:  # the driver's "excessive SBE interrupts", whatever the cause
+            ch.event(inc, t92 - ch.a, 92, SBE_RATE_MESSAGE)
     f = _at_failure(ch, inc)
     if f is not None:
         ch.inc("ecc_dbe_vol")[f, g] += 2

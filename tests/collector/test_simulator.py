@@ -96,6 +96,11 @@ def test_predictable_incidents_show_their_precursor_signature(recording):
                 xid = events[(events["kind"] == "xid") & (events["node"] == inc["node"]) & (events["code"] == 63)
                              & (events["ts"] < inc["failure_ts"] - 1)]
                 assert len(xid) == _growth(gpu, inc, "remapped_rows_corr"), inc["id"]
+                # the driver logs XID 92 for the rate of corrected errors, whatever their cause: a benign
+                # burst logs it at its onset, and so does this precursor once it errs as fast
+                x92 = events[(events["kind"] == "xid") & (events["node"] == inc["node"]) & (events["code"] == 92)
+                             & (events["ts"] > inc["onset_ts"]) & (events["ts"] < inc["failure_ts"])]
+                assert len(x92) >= 1, inc["id"]
         elif f == "gpu_off_bus":
             assert _growth(gpu, inc, "pcie_replay") > 0, inc["id"]
         elif f == "thermal":
