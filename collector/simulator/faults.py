@@ -86,13 +86,18 @@ def _grow(inc: "Incident", p: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return base * _gate(inc, p)
 
 
+def _hbm_sbe_per_h(inc: "Incident", p: np.ndarray) -> np.ndarray:
+    """A failing HBM's corrected errors per hour at precursor progress *p*: 3 → 600 (docs/simulator.md)."""
+    return _grow(inc, p, 3.0, 600.0)
+
+
 def _sbe_rate_reached(inc: "Incident", per_h: float) -> int | None:
     """The first tick of *inc*'s precursor whose corrected-error rate is at least *per_h* (None: never)."""
     start = inc.precursor_start()
     ticks = np.arange(start, inc.failure)
     if not len(ticks):
         return None
-    rate = _grow(inc, (ticks - start) / max(inc.failure - start, 1), 3.0, 600.0)
+    rate = _hbm_sbe_per_h(inc, (ticks - start) / max(inc.failure - start, 1))  # progress as _phases gives it
     hit = np.flatnonzero(rate >= per_h)
     return int(ticks[hit[0]]) if len(hit) else None
 
@@ -102,7 +107,7 @@ def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
     pre, p, failed = _phases(ch, inc)
     dt_h = ch.dt / 3600
     if inc.variant != "sudden" and p.size:
-        ch.rate("ecc_sbe_vol")[pre, g] += _grow(inc, p, 3.0, 600.0) * dt_h
+        ch.rate("ecc_sbe_vol")[pre, g] += _hbm_sbe_per_h(inc, p) * dt_h
         # a handful of rows remapped along the way; each stays pending until a GPU reset
         start, span = inc.precursor_start(), inc.failure - inc.precursor_start()
         remap_ticks = [start + int(rp * span) for rp in inc.params["remap_at"]]
