@@ -55,10 +55,10 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
      "fleet's job mix. Power is only comparable among one job's GPUs, and the telemetry names no job: "
      "against the node's busy GPUs instead it read 1.0-1.2 at 60 s sampling on healthy shared nodes (jobs "
      "in different phases; bench/results/robustness.md, candidates A1 and A2)"),
-    (r"^ecc_sbe_(per_h_10m|10m_of_peak)$",
+    (r"^ecc_sbe_(per_h_10m|10m_of_peak|10m_growth)$",
      "read by the policy as a stated rule (an hbm_ecc prediction waits while its GPU's storm of corrected "
-     "errors falls from its own peak: PolicyConfig.hbm_storm_ratio); a model would learn the simulator's "
-     "storm shapes"),
+     "errors falls from its own peak or holds its rate: PolicyConfig.hbm_storm_ratio, hbm_steady_growth); a "
+     "model would learn the simulator's storm shapes"),
 )
 _PATTERNS = tuple((re.compile(p), why) for p, why in EXCLUDED)
 

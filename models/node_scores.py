@@ -60,6 +60,10 @@ class NodeScores:
     #: another node braking too). Not a reason for a new action; evidence still present on a node gpuops
     #: holds (PolicyConfig.vetoed_rule_keeps_hold). None: not known for any node
     rule_vetoed: np.ndarray | None = None
+    #: the 10-minute SBE rate of the GPU with the highest p_fail over its own rate of the hour before (floored at 1
+    #: per hour; pipeline.storms); under PolicyConfig.hbm_steady_growth a storm holds its rate. NaN: not known this
+    #: tick; None: not known for any node
+    sbe_growth: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.node)
@@ -86,6 +90,8 @@ SBE_NOW = "ecc_sbe_per_h_short"
 PCIE_NOW = "pcie_replay_per_min_short"
 #: the feature behind ``NodeScores.sbe_of_peak`` (pipeline.storms)
 SBE_OF_PEAK = "ecc_sbe_10m_of_peak"
+#: the feature behind ``NodeScores.sbe_growth`` (pipeline.storms)
+SBE_GROWTH = "ecc_sbe_10m_growth"
 
 
 def score_batches(bundle: ModelBundle, batches: Sequence[FeatureBatch]) -> list[ScoreBatch]:
@@ -129,6 +135,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     sbe = ~(batch.column(SBE_NOW)[row] <= 0) if SBE_NOW in batch.names else None  # NaN (no counter): True
     pcie = batch.column(PCIE_NOW)[row].astype(np.float64) if PCIE_NOW in batch.names else None
     storm = batch.column(SBE_OF_PEAK)[row].astype(np.float64) if SBE_OF_PEAK in batch.names else None
+    growth = batch.column(SBE_GROWTH)[row].astype(np.float64) if SBE_GROWTH in batch.names else None
     vetoed = None
     if scores.rule_vetoed is not None:
         acting = np.array([r.action.acts for r in rules.rules] + [False])
@@ -136,4 +143,4 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe,
-                      pcie_per_min=pcie, sbe_of_peak=storm, rule_vetoed=vetoed)
+                      pcie_per_min=pcie, sbe_of_peak=storm, rule_vetoed=vetoed, sbe_growth=growth)

@@ -62,7 +62,7 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
     }
     if ns.cold is not None:
         msg["cold"] = np.asarray(ns.cold, bool).tolist()
-    for c, nd in (("pcie_per_min", 3), ("sbe_of_peak", 4)):  # NaN (not known) as null
+    for c, nd in (("pcie_per_min", 3), ("sbe_of_peak", 4), ("sbe_growth", 3)):  # NaN (not known) as null
         v = getattr(ns, c)
         if v is not None:
             msg[c] = [None if x != x else x for x in np.round(v.astype(float), nd).tolist()]
@@ -102,9 +102,10 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             cold=None if m.get("cold") is None else np.array(m["cold"], bool),
             sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool),
             pcie_per_min=_floats(m.get("pcie_per_min")), sbe_of_peak=_floats(m.get("sbe_of_peak")),
-            rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool))
+            rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool),
+            sbe_growth=_floats(m.get("sbe_growth")))
         # optional: absent (an older scorer) is None, never short
-        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed"):
+        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth"):
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")

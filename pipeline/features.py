@@ -168,6 +168,10 @@ def _build() -> tuple[tuple[str, str, str], ...]:
           ("ecc_sbe_10m_of_peak", "ratio", "ecc_sbe_per_h_10m over the highest it read on this GPU in the last 2 h "
            "(10-minute buckets: 110-120 min): under 1 a storm is falling from its peak; 1 when no error in that time, "
            "NaN when the 10-minute rate is")]
+    # ---- ninth set: whether that storm is still growing (pipeline.storms)
+    f += [("ecc_sbe_10m_growth", "ratio", "ecc_sbe_per_h_10m over this GPU's corrected-error rate in the hour before "
+           "it (ending 10-20 min ago; floored at 1 per hour): about 1 for a storm that holds its rate, above 1 for "
+           "errors that grow; NaN when the 10-minute rate is, or that hour holds under 30 min of exposure")]
     return tuple(f)
 
 
@@ -235,6 +239,7 @@ _NET_EXCESS_COLS = np.array([FEATURE_INDEX[f"net_{c}_excess_long_port_max"] for 
 _CUSUM_COLS = np.array([FEATURE_INDEX[f"{stem}_cusum"] for stem, _, _ in _BASELINE_STEMS], np.intp)
 _NET_CUSUM_COLS = np.array([FEATURE_INDEX[f"net_{c}_cusum_port_max"] for c in NET_ERROR_COUNTERS], np.intp)
 _SBE_10M, _SBE_OF_PEAK = FEATURE_INDEX["ecc_sbe_per_h_10m"], FEATURE_INDEX["ecc_sbe_10m_of_peak"]
+_SBE_GROWTH = FEATURE_INDEX["ecc_sbe_10m_growth"]
 _SBE_STEM = [stem for stem, _, _ in _BASELINE_STEMS].index("ecc_sbe")
 
 
@@ -418,7 +423,7 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     base.update(slots, tick_end, events, exposure, frozen=frozen)
     f[_CUSUM_COLS] = base.cusum_excess(slots)
     baselines.storm.ensure(gpus.n)  # a window, not a learnt normal: muted time counts
-    f[_SBE_10M], f[_SBE_OF_PEAK] = baselines.storm.update(slots, tick_end, events[_SBE_STEM], exposure[_SBE_STEM])
+    f[_SBE_10M], f[_SBE_OF_PEAK], f[_SBE_GROWTH] = baselines.storm.update(slots, tick_end, events[_SBE_STEM], exposure[_SBE_STEM])
 
     _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short, baselines.port, muted)
     return np.ascontiguousarray(f.T, dtype=np.float32)

@@ -183,6 +183,7 @@ class NodeState:
     pcie_quiet_at: float | None = None      # ... and last read under it
     storm_ratio: float | None = None        # the predicted GPU's last known SBE rate against its peak (hbm_storm_ratio)
     storm_at: float | None = None           # ... read at this time
+    storm_growth: float | None = None       # ... its last known rate against its own hour before (hbm_steady_growth)
     episodes: tuple[AlertEpisode, ...] = ()
     alert_times: tuple[float, ...] = ()       # alerts sent in the last RATE_WINDOW_S
 
@@ -255,13 +256,15 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         rate, mem = float(s.pcie_per_min[i]), cfg.pcie_warn_memory_s
         pcie_at = now if rate >= cfg.pcie_warn_per_min else _recent(pcie_at, now, mem)
         pcie_quiet_at = now if rate < cfg.pcie_warn_per_min else _recent(pcie_quiet_at, now, mem)
-    storm_ratio, storm_at = ns.storm_ratio, ns.storm_at
-    if cfg.hbm_storm_ratio > 0 and s.sbe_of_peak is not None:  # the last known reading; NaN changes nothing
-        r = float(s.sbe_of_peak[i])
+    storm_ratio, storm_at, storm_growth = ns.storm_ratio, ns.storm_at, ns.storm_growth
+    if (cfg.hbm_storm_ratio > 0 or cfg.hbm_steady_growth > 0) and s.sbe_of_peak is not None:
+        r = float(s.sbe_of_peak[i])  # the last known reading; NaN changes nothing
+        g = float(s.sbe_growth[i]) if s.sbe_growth is not None else float("nan")
         if r == r:
             storm_ratio, storm_at = r, now
+            storm_growth = g if g == g else storm_growth
         elif _recent(storm_at, now, cfg.hbm_storm_memory_s) is None:
-            storm_ratio, storm_at = None, None
+            storm_ratio, storm_at, storm_growth = None, None, None
     held_back = (  # a prediction whose own evidence reads benign right now
         (fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
         or (pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None and pcie_quiet_at is not None))
@@ -277,24 +280,31 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
     elif rule_at is not None and now - rule_at > window:
         rule_at, rule_fault = None, None
     if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at, pcie_at, pcie_quiet_at, storm_ratio,
-            storm_at) == (ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at, ns.rule_signal_fault,
-                          ns.sbe_at, ns.pcie_at, ns.pcie_quiet_at, ns.storm_ratio, ns.storm_at):
+            storm_at, storm_growth) == (ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at,
+                                        ns.rule_signal_fault, ns.sbe_at, ns.pcie_at, ns.pcie_quiet_at, ns.storm_ratio,
+                                        ns.storm_at, ns.storm_growth):
         return ns
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
                    rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at,
-                   pcie_quiet_at=pcie_quiet_at, storm_ratio=storm_ratio, storm_at=storm_at)
+                   pcie_quiet_at=pcie_quiet_at, storm_ratio=storm_ratio, storm_at=storm_at, storm_growth=storm_growth)
 
 
-def _storm_falling(ns: NodeState, fault: FaultClass | None, now: float, cfg: PolicyConfig) -> str | None:
-    """Why an hbm_ecc prediction's action waits (its GPU's corrected errors are a storm falling from its own
-    peak while it still errs: hbm_storm_ratio), or None when it need not. A GPU that logged no error in the
-    last 10 minutes (ratio 0) has stopped, which a failing HBM's precursor does before its failure too."""
-    if (fault is not FaultClass.HBM_ECC or cfg.hbm_storm_ratio <= 0 or ns.storm_ratio is None
-            or _recent(ns.storm_at, now, cfg.hbm_storm_memory_s) is None
-            or not 0.0 < ns.storm_ratio < cfg.hbm_storm_ratio):  # 0: no error in 10 min, a stop, not a tail
+def _storm_waiting(ns: NodeState, fault: FaultClass | None, now: float, cfg: PolicyConfig) -> str | None:
+    """Why an hbm_ecc prediction's action waits, or None when it need not: its GPU's corrected errors are a
+    storm falling from its own peak while it still errs (hbm_storm_ratio), or one that still errs at about the
+    rate of its hour before, not growing (hbm_steady_growth). A GPU that logged no error in the last 10 minutes
+    (0) has stopped, which a failing HBM's precursor does before its failure too: not held by either."""
+    if (fault is not FaultClass.HBM_ECC or ns.storm_ratio is None
+            or _recent(ns.storm_at, now, cfg.hbm_storm_memory_s) is None):
         return None
-    return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {ns.storm_ratio:.2f} of their own "
-            f"2 h peak, a storm falling (acts if they climb back to {cfg.hbm_storm_ratio:.2f})")
+    if cfg.hbm_storm_ratio > 0 and 0.0 < ns.storm_ratio < cfg.hbm_storm_ratio:  # 0: a stop, not a tail
+        return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {ns.storm_ratio:.2f} of their "
+                f"own 2 h peak, a storm falling (acts if they climb back to {cfg.hbm_storm_ratio:.2f})")
+    g = ns.storm_growth
+    if cfg.hbm_steady_growth > 0 and g is not None and 0.0 < g < cfg.hbm_steady_growth:
+        return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {g:.2f}x their own rate of the "
+                f"hour before, a steady storm, not a growing one (acts if they reach {cfg.hbm_steady_growth:.2f}x)")
+    return None
 
 
 def _recent(at: float | None, now: float, within: float) -> float | None:
@@ -373,7 +383,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                        healthy_since=None, above_since=None, high_since=None, episodes=(), alert_times=()), [
             _rule_decision(i, name, s, rule_action, now, explain)]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
-    waiting = _storm_falling(ns, fault, now, cfg)
+    waiting = _storm_waiting(ns, fault, now, cfg)
     if (warm and fault is not None and ns.above_since is not None and now - ns.above_since >= cfg.sustain_for(fault)
             and not retried and waiting is None):       # 3. predicted failure, sustained in telemetry time
         action, follow_up = _hard(cfg, fault)

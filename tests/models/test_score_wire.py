@@ -79,3 +79,16 @@ def test_the_predicted_gpus_sbe_rate_against_its_peak_survives_the_round_trip_wi
     msg["sbe_of_peak"] = [1.0]
     with pytest.raises(ScoresFormatError, match="sbe_of_peak"):
         decode_scores(orjson.dumps(msg))
+
+
+def test_the_predicted_gpus_sbe_growth_survives_the_round_trip_and_an_older_scorer_sends_none():
+    from dataclasses import replace
+
+    ns = replace(tick(), sbe_growth=np.array([1.23456, np.nan, 30.0]))
+    back, _, msg = decode_scores(encode_scores(ns))
+    assert msg["sbe_growth"] == [1.235, None, 30.0]
+    assert back.sbe_growth[0] == 1.235 and np.isnan(back.sbe_growth[1]) and back.sbe_growth[2] == 30.0
+    assert decode_scores(encode_scores(tick()))[0].sbe_growth is None
+    msg["sbe_growth"] = [1.0]
+    with pytest.raises(ScoresFormatError, match="sbe_growth"):
+        decode_scores(orjson.dumps(msg))

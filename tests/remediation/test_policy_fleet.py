@@ -208,3 +208,37 @@ def test_the_storm_gate_holds_back_hbm_predictions_only():
 def test_a_gpu_whose_errors_stopped_is_not_a_falling_storm_and_its_prediction_acts():
     out, _ = run([storm(0.95, 0.4)] * 5 + [storm(0.95, 0.0)] * 3, STORM)  # the 10-min window emptied: a stop
     assert [x.ts for x in drains(out)][:1] == [60.0 * 5]
+
+
+def steady(p: float, ratio: float, growth: float | None) -> NodeScores:
+    s = storm(p, ratio)
+    s.sbe_growth = None if growth is None else np.array([growth])
+    return s
+
+
+STEADY = CFG.model_copy(update={"hbm_steady_growth": 1.5})  # an operator's choice, off by default
+
+
+def test_an_hbm_prediction_on_a_storm_that_holds_its_rate_waits_and_says_why():
+    assert CFG.hbm_steady_growth == 0.0
+    assert drains(run([steady(0.95, 0.9, 1.1)] * 30, CFG)[0])[0].ts == 60.0     # off: a plateau drains
+    out, _ = run([steady(0.95, 0.9, 1.1)] * 30, STEADY)         # a plateau: near its peak, as it was an hour ago
+    assert drains(out) == []
+    assert any("a steady storm" in x.reason for x in out if x.action is Action.ALERT)
+    assert drains(run([steady(0.95, 0.9, 2.0)] * 3, STEADY)[0])[0].ts == 60.0  # growing: acts
+    assert drains(run([steady(0.95, 0.0, 0.0)] * 3, STEADY)[0])[0].ts == 60.0  # stopped: acts (W20's lesson)
+    assert drains(run([steady(0.95, 0.9, None)] * 3, STEADY)[0])[0].ts == 60.0  # an older scorer: no gate
+    alone = STEADY.model_copy(update={"hbm_storm_ratio": 0.0})                 # either gate works alone
+    assert drains(run([steady(0.95, 0.4, 1.1)] * 30, alone)[0]) == []
+    assert drains(run([steady(0.95, 0.4, 2.0)] * 3, alone)[0])[0].ts == 60.0
+
+
+def test_a_steady_storm_acts_on_the_tick_its_errors_grow_and_a_nan_keeps_the_last_growth():
+    cfg = STEADY.model_copy(update={"act_sustain_s_by_fault": {"hbm_ecc": 900.0}})
+    out, _ = run([steady(0.95, 1.0, 1.0)] * 20 + [steady(0.95, 1.0, 1.6)] * 3, cfg)
+    assert [x.ts for x in drains(out)] == [60.0 * 20]             # the sustain ran all along
+    nan = float("nan")
+    assert drains(run([steady(0.95, 1.0, 1.0)] * 3 + [steady(0.95, 1.0, nan)] * 10, STEADY)[0]) == []
+    assert len(drains(run([steady(0.95, 1.0, nan)] * 5, STEADY)[0])) == 1     # never known: not held
+    stale = [steady(0.5, 1.0, 1.0)] * 3 + [steady(0.5, nan, nan)] * 31 + [steady(0.95, nan, nan)] * 5
+    assert len(drains(run(stale, STEADY)[0])) == 1                             # 30 min old: forgotten
