@@ -184,6 +184,7 @@ class NodeState:
     storm_ratio: float | None = None        # the predicted GPU's last known SBE rate against its peak (hbm_storm_ratio)
     storm_at: float | None = None           # ... read at this time
     storm_growth: float | None = None       # ... its last known rate against its own hour before (hbm_steady_growth)
+    growth_at: float | None = None          # ... read at this time
     episodes: tuple[AlertEpisode, ...] = ()
     alert_times: tuple[float, ...] = ()       # alerts sent in the last RATE_WINDOW_S
 
@@ -256,15 +257,20 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         rate, mem = float(s.pcie_per_min[i]), cfg.pcie_warn_memory_s
         pcie_at = now if rate >= cfg.pcie_warn_per_min else _recent(pcie_at, now, mem)
         pcie_quiet_at = now if rate < cfg.pcie_warn_per_min else _recent(pcie_quiet_at, now, mem)
-    storm_ratio, storm_at, storm_growth = ns.storm_ratio, ns.storm_at, ns.storm_growth
-    if (cfg.hbm_storm_ratio > 0 or cfg.hbm_steady_growth > 0) and s.sbe_of_peak is not None:
-        r = float(s.sbe_of_peak[i])  # the last known reading; NaN changes nothing
-        g = float(s.sbe_growth[i]) if s.sbe_growth is not None else float("nan")
+    storm_ratio, storm_at = ns.storm_ratio, ns.storm_at
+    if cfg.hbm_storm_ratio > 0 and s.sbe_of_peak is not None:  # the last known reading; NaN changes nothing
+        r = float(s.sbe_of_peak[i])
         if r == r:
             storm_ratio, storm_at = r, now
-            storm_growth = g if g == g else storm_growth
         elif _recent(storm_at, now, cfg.hbm_storm_memory_s) is None:
-            storm_ratio, storm_at, storm_growth = None, None, None
+            storm_ratio, storm_at = None, None
+    storm_growth, growth_at = ns.storm_growth, ns.growth_at
+    if cfg.hbm_steady_growth > 0 and s.sbe_growth is not None:  # the same, for the growth
+        g = float(s.sbe_growth[i])
+        if g == g:
+            storm_growth, growth_at = g, now
+        elif _recent(growth_at, now, cfg.hbm_storm_memory_s) is None:
+            storm_growth, growth_at = None, None
     held_back = (  # a prediction whose own evidence reads benign right now
         (fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
         or (pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None and pcie_quiet_at is not None))
@@ -280,13 +286,14 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
     elif rule_at is not None and now - rule_at > window:
         rule_at, rule_fault = None, None
     if (above_since, high_since, anomaly_at, rule_at, rule_fault, sbe_at, pcie_at, pcie_quiet_at, storm_ratio,
-            storm_at, storm_growth) == (ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at,
-                                        ns.rule_signal_fault, ns.sbe_at, ns.pcie_at, ns.pcie_quiet_at, ns.storm_ratio,
-                                        ns.storm_at, ns.storm_growth):
+            storm_at, storm_growth, growth_at) == (ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at,
+                                                   ns.rule_signal_fault, ns.sbe_at, ns.pcie_at, ns.pcie_quiet_at,
+                                                   ns.storm_ratio, ns.storm_at, ns.storm_growth, ns.growth_at):
         return ns
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
                    rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at,
-                   pcie_quiet_at=pcie_quiet_at, storm_ratio=storm_ratio, storm_at=storm_at, storm_growth=storm_growth)
+                   pcie_quiet_at=pcie_quiet_at, storm_ratio=storm_ratio, storm_at=storm_at, storm_growth=storm_growth,
+                   growth_at=growth_at)
 
 
 def _storm_waiting(ns: NodeState, fault: FaultClass | None, now: float, cfg: PolicyConfig) -> str | None:
@@ -294,14 +301,16 @@ def _storm_waiting(ns: NodeState, fault: FaultClass | None, now: float, cfg: Pol
     storm falling from its own peak while it still errs (hbm_storm_ratio), or one that still errs at about the
     rate of its hour before, not growing (hbm_steady_growth). A GPU that logged no error in the last 10 minutes
     (0) has stopped, which a failing HBM's precursor does before its failure too: not held by either."""
-    if (fault is not FaultClass.HBM_ECC or ns.storm_ratio is None
-            or _recent(ns.storm_at, now, cfg.hbm_storm_memory_s) is None):
+    if fault is not FaultClass.HBM_ECC:
         return None
-    if cfg.hbm_storm_ratio > 0 and 0.0 < ns.storm_ratio < cfg.hbm_storm_ratio:  # 0: a stop, not a tail
-        return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {ns.storm_ratio:.2f} of their "
-                f"own 2 h peak, a storm falling (acts if they climb back to {cfg.hbm_storm_ratio:.2f})")
+    r, mem = ns.storm_ratio, cfg.hbm_storm_memory_s
+    if cfg.hbm_storm_ratio > 0 and r is not None and _recent(ns.storm_at, now, mem) is not None \
+            and 0.0 < r < cfg.hbm_storm_ratio:  # 0: a stop, not a tail
+        return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {r:.2f} of their own 2 h "
+                f"peak, a storm falling (acts if they climb back to {cfg.hbm_storm_ratio:.2f})")
     g = ns.storm_growth
-    if cfg.hbm_steady_growth > 0 and g is not None and 0.0 < g < cfg.hbm_steady_growth:
+    if cfg.hbm_steady_growth > 0 and g is not None and _recent(ns.growth_at, now, mem) is not None \
+            and 0.0 < g < cfg.hbm_steady_growth:
         return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {g:.2f}x their own rate of the "
                 f"hour before, a steady storm, not a growing one (acts if they reach {cfg.hbm_steady_growth:.2f}x)")
     return None

@@ -242,3 +242,5 @@ def test_a_steady_storm_acts_on_the_tick_its_errors_grow_and_a_nan_keeps_the_las
     assert len(drains(run([steady(0.95, 1.0, nan)] * 5, STEADY)[0])) == 1     # never known: not held
     stale = [steady(0.5, 1.0, 1.0)] * 3 + [steady(0.5, nan, nan)] * 31 + [steady(0.95, nan, nan)] * 5
     assert len(drains(run(stale, STEADY)[0])) == 1                             # 30 min old: forgotten
+    old_growth = [steady(0.5, 1.0, 1.0)] * 3 + [steady(0.5, 1.0, nan)] * 31 + [steady(0.95, 1.0, nan)] * 5
+    assert len(drains(run(old_growth, STEADY)[0])) == 1   # the growth ages on its own, whatever the peak ratio does
