@@ -238,8 +238,9 @@ _NET_MAX_COLS = _cols([[f"net_{c}_per_min_port_max_{w}" for c in NET_ERROR_COUNT
 _NET_EXCESS_COLS = np.array([FEATURE_INDEX[f"net_{c}_excess_long_port_max"] for c in NET_ERROR_COUNTERS], np.intp)
 _CUSUM_COLS = np.array([FEATURE_INDEX[f"{stem}_cusum"] for stem, _, _ in _BASELINE_STEMS], np.intp)
 _NET_CUSUM_COLS = np.array([FEATURE_INDEX[f"net_{c}_cusum_port_max"] for c in NET_ERROR_COUNTERS], np.intp)
-_SBE_10M, _SBE_OF_PEAK = FEATURE_INDEX["ecc_sbe_per_h_10m"], FEATURE_INDEX["ecc_sbe_10m_of_peak"]
-_SBE_GROWTH = FEATURE_INDEX["ecc_sbe_10m_growth"]
+#: pipeline.storms' three readings, in SbeStorm.update's order
+_SBE_STORM_COLS = np.array([FEATURE_INDEX[n] for n in ("ecc_sbe_per_h_10m", "ecc_sbe_10m_of_peak",
+                                                       "ecc_sbe_10m_growth")], np.intp)
 _SBE_STEM = [stem for stem, _, _ in _BASELINE_STEMS].index("ecc_sbe")
 
 
@@ -423,7 +424,7 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     base.update(slots, tick_end, events, exposure, frozen=frozen)
     f[_CUSUM_COLS] = base.cusum_excess(slots)
     baselines.storm.ensure(gpus.n)  # a window, not a learnt normal: muted time counts
-    f[_SBE_10M], f[_SBE_OF_PEAK], f[_SBE_GROWTH] = baselines.storm.update(slots, tick_end, events[_SBE_STEM], exposure[_SBE_STEM])
+    f[_SBE_STORM_COLS] = baselines.storm.update(slots, tick_end, events[_SBE_STEM], exposure[_SBE_STEM])
 
     _net_features(f, ports, port_reg, nodes, len(gpus.nodes), tick_end, n_short, baselines.port, muted)
     return np.ascontiguousarray(f.T, dtype=np.float32)

@@ -68,27 +68,19 @@ def test_the_predicted_gpus_pcie_rate_survives_the_round_trip_with_a_missing_cou
     assert decode_scores(encode_scores(tick()))[0].pcie_per_min is None  # a scorer that sends none: no gate
 
 
-def test_the_predicted_gpus_sbe_rate_against_its_peak_survives_the_round_trip_with_unknown_as_nan():
+@pytest.mark.parametrize("column, sent, wire", [
+    ("sbe_of_peak", [0.41234, np.nan, 1.0], [0.4123, None, 1.0]),   # the storm's rate against its peak
+    ("sbe_growth", [1.23456, np.nan, 30.0], [1.235, None, 30.0]),    # ... against its own hour before
+])
+def test_the_predicted_gpus_storm_readings_survive_the_round_trip_with_unknown_as_nan(column, sent, wire):
     from dataclasses import replace
 
-    ns = replace(tick(), sbe_of_peak=np.array([0.41234, np.nan, 1.0]))
+    ns = replace(tick(), **{column: np.array(sent)})
     back, _, msg = decode_scores(encode_scores(ns))
-    assert msg["sbe_of_peak"] == [0.4123, None, 1.0]
-    assert back.sbe_of_peak[0] == 0.4123 and np.isnan(back.sbe_of_peak[1]) and back.sbe_of_peak[2] == 1.0
-    assert decode_scores(encode_scores(tick()))[0].sbe_of_peak is None
-    msg["sbe_of_peak"] = [1.0]
-    with pytest.raises(ScoresFormatError, match="sbe_of_peak"):
-        decode_scores(orjson.dumps(msg))
-
-
-def test_the_predicted_gpus_sbe_growth_survives_the_round_trip_and_an_older_scorer_sends_none():
-    from dataclasses import replace
-
-    ns = replace(tick(), sbe_growth=np.array([1.23456, np.nan, 30.0]))
-    back, _, msg = decode_scores(encode_scores(ns))
-    assert msg["sbe_growth"] == [1.235, None, 30.0]
-    assert back.sbe_growth[0] == 1.235 and np.isnan(back.sbe_growth[1]) and back.sbe_growth[2] == 30.0
-    assert decode_scores(encode_scores(tick()))[0].sbe_growth is None
-    msg["sbe_growth"] = [1.0]
-    with pytest.raises(ScoresFormatError, match="sbe_growth"):
+    assert msg[column] == wire
+    got = getattr(back, column)
+    assert got[0] == wire[0] and np.isnan(got[1]) and got[2] == wire[2]
+    assert getattr(decode_scores(encode_scores(tick()))[0], column) is None  # an older scorer sends none
+    msg[column] = [1.0]
+    with pytest.raises(ScoresFormatError, match=column):
         decode_scores(orjson.dumps(msg))
