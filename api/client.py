@@ -154,8 +154,12 @@ class GpuopsClient:
     def training_job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/models/train/{_seg(job_id)}")
 
-    def start_replay(self, recording: str) -> dict[str, Any]:
-        return self._call("POST", "/v1/replays", json={"recording": recording})
+    def start_replay(self, recording: str, compare_policies: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Start a replay on the server; *compare_policies*: name -> settings over the service's policy."""
+        body: dict[str, Any] = {"recording": recording}
+        if compare_policies:
+            body["compare_policies"] = compare_policies
+        return self._call("POST", "/v1/replays", json=body)
 
     def replays(self) -> dict[str, Any]:
         return self._call("GET", "/v1/replays")

@@ -5,7 +5,8 @@ The same :class:`~pipeline.stream.FeaturePipeline`, :func:`~models.node_scores.s
 service, with adapters out of the loop (nothing touches a cluster). Ticks are scored in
 stacks of ~``score_rows`` rows (one scikit-learn call per detector for many ticks) and
 then decided one tick at a time, in order. The rules-only baseline is decided on the
-same scores in the same pass, so the report compares like with like.
+same scores in the same pass, so the report compares like with like, and so is any
+alternative policy (``alternatives``, ``gpuops replay --compare-policy``).
 
 A recording with no GPU sample to score (``gpu.parquet`` with zero rows, or every row
 breaking the contract) is a :class:`~collector.recording.RecordingError` naming why:
@@ -26,7 +27,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from api.replay_maintenance import MaintenanceSchedule, Suppressed, by_cause
 from collector.recording import RecordingError, RecordingWindow, open_recording
@@ -76,6 +77,16 @@ class StageClock:
 
 
 @dataclass
+class PolicyRun:
+    """What one more policy decided on the same scores (``Replayer(alternatives=...)``)."""
+
+    policy: PolicyConfig
+    decisions: list[Decision] = field(default_factory=list)
+    #: decisions a maintenance window kept from acting
+    suppressed: list[Suppressed] = field(default_factory=list)
+
+
+@dataclass
 class ReplayResult:
     """Decisions of the model policy and of the rules-only baseline, with run statistics."""
 
@@ -89,6 +100,8 @@ class ReplayResult:
     baseline_suppressed: list[Suppressed] = field(default_factory=list)
     #: the recording's operator events on each node's timeline (:func:`operator_timeline`)
     operator_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: other policies decided on the same scores, by name (``gpuops replay --compare-policy``)
+    alternatives: dict[str, PolicyRun] = field(default_factory=dict)
 
 
 class TelemetryClock:
@@ -122,7 +135,8 @@ class Replayer:
     def __init__(self, bundle: ModelBundle, policy: PolicyConfig, pipeline: PipelineSettings | None = None,
                  score_rows: int = 10_000, engine: tuple[Engine, TelemetryClock] | None = None,
                  observe: Callable[[FeatureBatch, ScoreBatch], None] | None = None,
-                 trace: Callable[[FeatureBatch, ScoreBatch, Sequence[Decision]], None] | None = None):
+                 trace: Callable[[FeatureBatch, ScoreBatch, Sequence[Decision]], None] | None = None,
+                 alternatives: Mapping[str, PolicyConfig] | None = None):
         self.bundle = bundle
         self.policy = engine[0].policy if engine is not None else policy
         #: when given, the model policy's decisions are the engine's (safety, store, dry-run adapter)
@@ -138,6 +152,9 @@ class Replayer:
         self.observe = observe
         #: called like *observe*, with the model policy's decisions of that tick too (``--trace``)
         self.trace = trace
+        #: more policies decided on the same scores, by the policy alone (no engine), as the baseline is: the
+        #: policy stage costs ~2 % of a replay, so comparing policies costs one replay, not one each
+        self.alternatives = dict(alternatives or {})
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
         """Replay one recording; *progress* gets the fraction of telemetry time done."""
@@ -154,8 +171,9 @@ class Replayer:
         operator = rec.events(sources=("operator",))  # with the scan the event windows need: one pass
         clock.cpu["read"] += time.process_time() - c0
         self.maintenance = MaintenanceSchedule.from_frame(operator)
-        result = ReplayResult(operator_events=operator_timeline(operator))
-        states = [PolicyState(), PolicyState()]
+        result = ReplayResult(operator_events=operator_timeline(operator),
+                              alternatives={k: PolicyRun(cfg) for k, cfg in self.alternatives.items()})
+        states = [PolicyState() for _ in range(2 + len(self.alternatives))]
         pending: list[FeatureBatch] = []
         rows = 0
         cad = self.pipeline_settings.cadence_s
@@ -202,12 +220,13 @@ class Replayer:
         self.clock.cpu["scoring"] += c1 - c
         maint = self.maintenance
         decided: list[Sequence[Decision]] = []
+        runs = [(self.policy, result.decisions, result.suppressed),
+                (self.baseline_policy, result.baseline_decisions, result.baseline_suppressed),
+                *((r.policy, r.decisions, r.suppressed) for r in result.alternatives.values())]
         for batch, ns in scored:
             explain = self.explainer.for_tick(batch, ns)
             first = len(result.decisions)
-            for k, (cfg, out, held_back) in enumerate(((self.policy, result.decisions, result.suppressed),
-                                                       (self.baseline_policy, result.baseline_decisions,
-                                                        result.baseline_suppressed))):
+            for k, (cfg, out, held_back) in enumerate(runs):
                 if k == 0 and self.engine is not None:
                     engine, clock = self.engine
                     clock.now = batch.ts
@@ -292,6 +311,16 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
         base_m = score_replay(baseline, incidents, **kw)
         report["incidents"] = incidents
         report["metrics"] = {"model": model_m, "rules_baseline": base_m, "comparison": compare(model_m, base_m)}
+    if result.alternatives:
+        report["alternatives"] = {}
+    for name, run in result.alternatives.items():
+        alt: dict[str, Any] = {"policy": run.policy.model_dump(mode="json"),
+                               "decisions": [d.to_dict() for d in run.decisions],
+                               "suppressed": [s.to_dict() for s in run.suppressed]}
+        if incidents is not None:
+            alt["metrics"] = score_replay(alt["decisions"], incidents, **kw)
+            alt["against_policy"] = compare(alt["metrics"], report["metrics"]["model"], names=("alternative", "policy"))
+        report["alternatives"][name] = alt
     return report
 
 
@@ -319,11 +348,14 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     out = {"decisions": len(report["decisions"]), "gpu_samples_per_s": s["gpu_samples_per_s"]}
     if s.get("suppressed_by_cause"):     # what declared maintenance held back (policy-only path)
         out["suppressed_by_cause"] = s["suppressed_by_cause"]
+    keys = ("recall", "predictive_recall", "median_lead_s", "false_actions_per_1k_node_days", "alerts_per_1k_node_days",
+            "caught", "node_fault_incidents", "actions_by_grade", "actions_by_follow_up")
     if m:
         for who in ("model", "rules_baseline"):
-            x = m[who]
-            out[who] = {k: x.get(k) for k in ("recall", "predictive_recall", "median_lead_s",
-                                              "false_actions_per_1k_node_days", "alerts_per_1k_node_days",
-                                              "caught", "node_fault_incidents", "actions_by_grade",
-                                              "actions_by_follow_up")}
+            out[who] = {k: m[who].get(k) for k in keys}
+    for name, alt in report.get("alternatives", {}).items():
+        x = alt.get("metrics")
+        out.setdefault("alternatives", {})[name] = (
+            {k: x.get(k) for k in keys} | {k: v for k, v in alt["against_policy"].items() if k.endswith("_only_by_alternative")}
+            if x else {"decisions": len(alt["decisions"]), "actions": dict(Counter(d["action"] for d in alt["decisions"]))})
     return out

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from collector.recording import RecordingError, open_recording
 from models.bundle import ModelBundle
-from remediation.config import PolicyConfig
+from remediation.config import PolicyConfig, policy_with
 
 log = logging.getLogger(__name__)
 
@@ -58,23 +58,28 @@ class ThreadReplayJobs:
         return resolved
 
     def start(self, recording: str, params: dict[str, Any], actor: str) -> dict[str, Any]:
+        """Queue a replay of *recording*; ``params["compare_policies"]`` (name -> settings over this service's
+        policy) are decided beside it. A bad path or an invalid alternative raises before anything is queued."""
         path = self._check(recording)
+        alternatives = {name: policy_with(self.policy, over, f"compare_policies.{name}")
+                        for name, over in params.get("compare_policies", {}).items()}
         job = {"id": uuid.uuid4().hex[:16], "kind": "replay", "state": "queued", "progress": 0.0,
                "created_at": self.clock(), "started_at": None, "finished_at": None, "actor": actor,
                "params": {"recording": str(path), **params}, "error": None, "result": {}}
         with self._lock:
             self._jobs[job["id"]] = job
             self._forget_old()
-        self._pool.submit(self._run, job, path)
+        self._pool.submit(self._run, job, path, alternatives)
         return dict(job)
 
-    def _run(self, job: dict[str, Any], path: Path) -> None:
+    def _run(self, job: dict[str, Any], path: Path, alternatives: dict[str, PolicyConfig]) -> None:
         from api.replay import Replayer, build_report, headline
 
         job.update(state="running", started_at=self.clock())
         try:
             bundle = self.bundle_loader()
-            result = Replayer(bundle, self.policy).run(path, progress=lambda f: job.update(progress=min(1.0, float(f))))
+            result = Replayer(bundle, self.policy, alternatives=alternatives).run(
+                path, progress=lambda f: job.update(progress=min(1.0, float(f))))
             report = build_report(path, result, {"path": bundle.metadata.get("path")}, self.policy)
             with self._lock:
                 self._reports[job["id"]] = report

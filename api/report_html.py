@@ -165,6 +165,22 @@ def _headline(model: Mapping, base: Mapping) -> str:
     return _table(["metric", "model", "rules baseline"], rows)
 
 
+def _alternatives(report: Mapping[str, Any], model: Mapping) -> str:
+    """``--compare-policy``: each alternative policy beside the replay's own, on the same scores."""
+    alts = report.get("alternatives") or {}
+    keys = ("recall", "predictive_recall", "median_lead_s", "false_actions_per_1k_node_days", "alerts_per_1k_node_days")
+    rows = [["--policy (this report)"] + [_fmt(k, model.get(k)) for k in keys] + ["", ""]] if model else []
+    for name, alt in alts.items():
+        m, vs = alt.get("metrics") or {}, alt.get("against_policy") or {}
+        if not m:
+            rows.append([escape(name)] + ["–"] * len(keys) + [f"{len(alt.get('decisions') or [])} decisions", ""])
+            continue
+        gained, lost = vs.get("ahead_only_by_alternative", []), vs.get("ahead_only_by_policy", [])
+        rows.append([escape(name)] + [_fmt(k, m.get(k)) for k in keys]
+                    + [escape(", ".join(gained)) or "none", escape(", ".join(lost)) or "none"])
+    return _table(["policy"] + [_LABELS[k] for k in keys] + ["caught ahead only by it", "only by --policy"], rows)
+
+
 #: evidence grades, strongest first, and the actions shown per grade
 _GRADES = ("certain", "corroborated", "predicted", "advisory", "unknown")
 _GRADE_ACTIONS = ("drain", "reset", "requeue", "alert", "resume")
@@ -337,6 +353,10 @@ def write_html_report(report: Mapping[str, Any], path: str | Path) -> Path:
                   "<h2>Lead time</h2>", _lead_hist(api, model, base)]
     else:
         parts.append('<p class="muted">No ground truth (incidents.jsonl): metrics unavailable.</p>')
+    if report.get("alternatives"):
+        parts += ["<h2>Policies compared</h2>", _alternatives(report, model),
+                  '<p class="muted">Each alternative (<code>--compare-policy</code>) decided on the same scores as '
+                  'this report\'s policy, by the policy alone (no engine).</p>']
     parts += ["<h2>Decisions by evidence</h2>", _grade_table(decisions, baseline),
               '<p class="muted">Certain: a rule on hard evidence; corroborated: a prediction backed by a '
               'sustained rise or a second signal; predicted: a prediction alone (drain only); advisory: '

@@ -105,6 +105,12 @@ class ReplayCreate(_In):
     """A replay of a recording directory on the server."""
 
     recording: str = Field(..., min_length=1, max_length=4096, description="Path of a recording directory.")
+    compare_policies: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")], dict[str, Any]] = Field(
+        default_factory=dict, max_length=8,
+        description="More policies decided on the same scores (``gpuops replay --compare-policy``): name -> the "
+        "settings that differ from the service's policy, e.g. ``{\"hbm-alert\": {\"actions\": {\"hbm_ecc\": "
+        "\"alert\"}}}`` (a mapping setting is merged key by key). The report's ``alternatives`` section puts each "
+        "beside the service's policy.")
 
 
 class TrainCreate(_In):

@@ -176,7 +176,7 @@ def main() -> None:
         t = time.perf_counter()
         seen = HealthyFeatures(bundle, healthy)  # read from the replay's own ticks: one pipeline pass
         m = _one(("resample", f"every {k}", str(p), str(a.model) if a.model else None,
-                   str(a.policy) if a.policy else None), observe=seen)
+                   str(a.policy) if a.policy else None, ()), observe=seen)
         feats[k] = seen.result()
         rows.append((k, m))
         print(f"every {k}: replayed and scored in {time.perf_counter() - t:.0f} s", flush=True)

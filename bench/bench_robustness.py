@@ -4,7 +4,7 @@ Usage::
 
     python bench/bench_robustness.py --model DIR --suite worlds/shift [worlds/shift-d2 ...] [--home 1 2 3 4 5 6]
         [--tuning worlds/tune-301 ...] [--validation ../shared/validation/v1 ...]
-        [--policy FILE] [--jobs 2] [--write bench/results/robustness.md]
+        [--policy FILE] [--compare-policy FILE ...] [--jobs 2] [--write bench/results/robustness.md]
 
 Each recording is replayed (dry run) through the model policy and the rules-only baseline
 (:class:`api.replay.Replayer`, one pass) and scored per spec/recording.md. Groups are kept
@@ -30,32 +30,42 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 BAR = {"recall": 0.95, "predictive_recall": 0.80, "false_per_1k": 10.0, "alerts_per_1k": 100.0}
 
 
-def _one(args: tuple[str, str, str, str | None, str | None], observe=None) -> dict:
+def _one(args: tuple[str, str, str, str | None, str | None, tuple[str, ...]], observe=None) -> dict:
     """One recording replayed and scored (*observe*: passed to the Replayer, sees every scored tick)."""
-    group, name, path, model, policy = args
+    group, name, path, model, policy, compare = args
+    from api.commands.replay import alternative_policies
     from api.replay import Replayer, build_report
     from models.bundle import ModelBundle, default_model_path
     from remediation.config import load_policy_config
 
     cfg = load_policy_config(policy)
     bundle = ModelBundle.load(model or default_model_path())
-    result = Replayer(bundle, cfg, observe=observe).run(path)
+    alternatives = alternative_policies([Path(c) for c in compare])
+    result = Replayer(bundle, cfg, observe=observe, alternatives=alternatives).run(path)
     rep = build_report(path, result, {}, cfg)
     out = {"group": group, "name": name, "path": path, "stats": result.stats}
     for who in ("model", "rules_baseline"):
-        m = rep["metrics"][who]
-        out[who] = {k: m.get(k) for k in ("recall", "predictive_recall", "false_actions_per_1k_node_days",
-                                          "false_actions", "actions_on_app_errors", "alerts_per_1k_node_days",
-                                          "anomaly_alerts_per_1k_node_days", "unexplained_alerts_per_1k_node_days",
-                                          "node_fault_incidents", "caught", "predictable", "caught_predictively",
-                                          "median_lead_s", "actions_by_grade", "node_days")}
-        out[who]["per_class"] = {c: (v.get("caught"), v.get("incidents"), v.get("caught_predictively"),
-                                     v.get("predictable")) for c, v in (m.get("per_class") or {}).items()}
-        out[who]["missed"] = [{k: i.get(k) for k in ("id", "node", "gpu", "fault", "predictable", "caught", "lead_s",
-                                                      "onset_ts", "failure_ts")}
-                              for i in m.get("per_incident") or [] if i["fault"] != "app_error"
-                              and (not i["caught"] or (i["predictable"] and (i["lead_s"] or 0) < 60))]
+        out[who] = _summary(rep["metrics"][who])
     out["false_reasons"] = _false_reasons(rep)
+    if alternatives:
+        out["alternatives"] = {k: _summary(alt["metrics"]) | {"false_reasons": _false_reasons(
+            {"decisions": alt["decisions"], "incidents": rep.get("incidents")})} for k, alt in rep["alternatives"].items()}
+    return out
+
+
+def _summary(m: dict) -> dict:
+    """The row of one policy's metrics: headline counts, per class, and the incidents missed or caught late."""
+    out = {k: m.get(k) for k in ("recall", "predictive_recall", "false_actions_per_1k_node_days",
+                                 "false_actions", "actions_on_app_errors", "alerts_per_1k_node_days",
+                                 "anomaly_alerts_per_1k_node_days", "unexplained_alerts_per_1k_node_days",
+                                 "node_fault_incidents", "caught", "predictable", "caught_predictively",
+                                 "median_lead_s", "actions_by_grade", "node_days")}
+    out["per_class"] = {c: (v.get("caught"), v.get("incidents"), v.get("caught_predictively"), v.get("predictable"))
+                        for c, v in (m.get("per_class") or {}).items()}
+    out["missed"] = [{k: i.get(k) for k in ("id", "node", "gpu", "fault", "predictable", "caught", "lead_s",
+                                             "onset_ts", "failure_ts")}
+                     for i in m.get("per_incident") or [] if i["fault"] != "app_error"
+                     and (not i["caught"] or (i["predictable"] and (i["lead_s"] or 0) < 60))]
     return out
 
 
@@ -153,10 +163,26 @@ def by_class(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def alternatives_table(rows: list[dict]) -> str:
+    """Each --compare-policy beside --policy, per group: caught, caught ahead, false drains+resets."""
+    names = list(rows[0].get("alternatives", {})) if rows else []
+    lines = ["| group | policy | caught | ahead ≥ 60 s | false drains+resets |", "|---|---|---|---|---|"]
+    for group, rs in _groups(rows).items():
+        for name, pick in [("--policy", lambda r: r["model"])] + [(n, lambda r, n=n: r["alternatives"][n])
+                                                                  for n in names]:
+            ms = [pick(r) for r in rs]
+            lines.append(f"| {group} | {name} | {sum(m['caught'] for m in ms)}/{sum(m['node_fault_incidents'] for m in ms)} | "
+                         f"{sum(m['caught_predictively'] for m in ms)}/{sum(m['predictable'] for m in ms)} | "
+                         f"{sum(m['false_actions'] for m in ms)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, help="model directory (default: the shipped one)")
     ap.add_argument("--policy", type=Path, help="policy YAML (default: built-in)")
+    ap.add_argument("--compare-policy", type=Path, action="append", default=[], metavar="YAML",
+                    help="also decide with this policy on the same scores (repeatable; gpuops replay --compare-policy)")
     ap.add_argument("--suite", type=Path, nargs="*", default=[],
                     help="shift-suite roots written by bench/bench_shift.py --write (one per --draw)")
     ap.add_argument("--home", type=int, nargs="*", default=[], help="home-world seeds (64 nodes x 24 h, cached)")
@@ -166,21 +192,27 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write every row as JSON here")
     ap.add_argument("--write", type=Path, help="append the table, dated, to this Markdown file")
     a = ap.parse_args()
-    jobs: list[tuple[str, str, str, str | None, str | None]] = []
+    jobs: list[tuple[str, str, str, str | None, str | None, tuple[str, ...]]] = []
     model, policy = (str(a.model) if a.model else None), (str(a.policy) if a.policy else None)
+    cmp = tuple(str(c) for c in a.compare_policy)
+    if cmp:
+        from api.commands.replay import alternative_policies
+        alternative_policies(a.compare_policy)  # a bad or clashing file fails here, before any replay
     if a.suite:
         from bench_shift import SUITE
         for root in a.suite:
-            jobs += [("shift", n if len(a.suite) == 1 else f"{n} ({root.name})", str(root / n), model, policy)
+            jobs += [("shift", n if len(a.suite) == 1 else f"{n} ({root.name})", str(root / n), model, policy, cmp)
                      for n in SUITE if (root / n / "manifest.json").exists()]
     if a.home:
         from bench_detection import recording
-        jobs += [("home", f"seed {s}", str(recording(s, 64, 24.0)), model, policy) for s in a.home]
-    jobs += [("tuning", p.name, str(p), model, policy) for p in a.tuning]
-    jobs += [("validation", p.name, str(p), model, policy) for p in a.validation]
+        jobs += [("home", f"seed {s}", str(recording(s, 64, 24.0)), model, policy, cmp) for s in a.home]
+    jobs += [("tuning", p.name, str(p), model, policy, cmp) for p in a.tuning]
+    jobs += [("validation", p.name, str(p), model, policy, cmp) for p in a.validation]
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         rows = list(ex.map(_one, jobs))
     text = table(rows) + "\n\n" + pooled(rows) + "\n\n" + by_class(rows)
+    if cmp:
+        text += "\n\n" + alternatives_table(rows)
     print(text)
     for r in rows:
         if r["false_reasons"]:

@@ -277,32 +277,38 @@ HEADLINE: dict[str, str] = {
 }
 
 
-def _delta(model: Any, baseline: Any, better: str) -> dict[str, Any]:
-    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-             for v in (model, baseline))
-    return {"model": model, "baseline": baseline, "delta": model - baseline if ok else None,
-            "better": better}
+def _delta(a: Any, b: Any, better: str, names: tuple[str, str] = ("model", "baseline")) -> dict[str, Any]:
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (a, b))
+    return {names[0]: a, names[1]: b, "delta": a - b if ok else None, "better": better}
 
 
-def compare(model_metrics: Mapping[str, Any], baseline_metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Side-by-side of two :func:`score_replay` results (model minus baseline).
+def compare(model_metrics: Mapping[str, Any], baseline_metrics: Mapping[str, Any],
+            names: tuple[str, str] = ("model", "baseline")) -> dict[str, Any]:
+    """Side-by-side of two :func:`score_replay` results (the first minus the second), each side
+    named by *names* (the report's model and rules baseline by default; a policy and an
+    alternative policy for ``gpuops replay --compare-policy``).
 
-    ``headline`` maps each metric of :data:`HEADLINE` to ``{model, baseline, delta,
+    ``headline`` maps each metric of :data:`HEADLINE` to ``{<first>, <second>, delta,
     better}`` (``delta`` is ``None`` when either side is undefined); ``per_class`` does
-    the same for recall and predictive recall of each class; ``caught_only_by_model`` and
-    ``caught_only_by_baseline`` list incident ids one caught and the other missed.
+    the same for recall and predictive recall of each class; ``caught_only_by_<name>``
+    list incident ids one caught and the other missed, and ``ahead_only_by_<name>`` the
+    predictable ones one caught at least 60 s ahead and the other did not.
     """
-    headline = {k: _delta(model_metrics.get(k), baseline_metrics.get(k), b) for k, b in HEADLINE.items()}
+    a, b = names
+    headline = {k: _delta(model_metrics.get(k), baseline_metrics.get(k), d, names) for k, d in HEADLINE.items()}
     per_class = {}
     mc, bc = model_metrics.get("per_class", {}), baseline_metrics.get("per_class", {})
     for cls in sorted(set(mc) | set(bc)):
-        m, b = mc.get(cls, {}), bc.get(cls, {})
-        per_class[cls] = {k: _delta(m.get(k), b.get(k), "higher") for k in ("recall", "predictive_recall")}
+        m, o = mc.get(cls, {}), bc.get(cls, {})
+        per_class[cls] = {k: _delta(m.get(k), o.get(k), "higher", names) for k in ("recall", "predictive_recall")}
 
-    def caught(metrics: Mapping[str, Any]) -> set[str]:
-        return {r["id"] for r in metrics.get("per_incident", []) if r["caught"]}
+    def caught(metrics: Mapping[str, Any], ahead: bool = False) -> set[str]:
+        return {r["id"] for r in metrics.get("per_incident", []) if r["caught"] and (
+            not ahead or (r.get("predictable") and r["fault"] != FaultClass.APP_ERROR.value
+                          and r["lead_s"] >= PREDICTIVE_LEAD_S))}
 
     m_ids, b_ids = caught(model_metrics), caught(baseline_metrics)
+    m_early, b_early = caught(model_metrics, True), caught(baseline_metrics, True)
     return {"headline": headline, "per_class": per_class,
-            "caught_only_by_model": sorted(m_ids - b_ids),
-            "caught_only_by_baseline": sorted(b_ids - m_ids)}
+            f"caught_only_by_{a}": sorted(m_ids - b_ids), f"caught_only_by_{b}": sorted(b_ids - m_ids),
+            f"ahead_only_by_{a}": sorted(m_early - b_early), f"ahead_only_by_{b}": sorted(b_early - m_early)}

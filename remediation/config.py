@@ -7,7 +7,7 @@ an invalid file fails at start-up with every problem listed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Mapping, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -299,6 +299,20 @@ class PolicyConfig(BaseModel):
 def load_policy_config(path: str | Path | None) -> PolicyConfig:
     """Read a policy YAML file (``None``: defaults); invalid files raise :class:`PolicyConfigError`."""
     return load_yaml_model(path, PolicyConfig, "policy", PolicyConfigError)
+
+
+def policy_with(base: PolicyConfig, overrides: Mapping[str, Any], what: str = "policy") -> PolicyConfig:
+    """*base* with the settings of *overrides* (a policy YAML's mapping) in place of its own; a setting that is a
+    mapping (``actions``, ``act_threshold_by_fault``, ...) is merged key by key. Invalid: :class:`PolicyConfigError`
+    naming *what* and every problem."""
+    raw = base.model_dump(mode="json")
+    for k, v in overrides.items():
+        raw[k] = raw[k] | v if isinstance(v, Mapping) and isinstance(raw.get(k), dict) else v
+    try:
+        return PolicyConfig(**raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'policy'}: {err['msg']}" for err in e.errors())
+        raise PolicyConfigError(f"{what}: {problems}") from None
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -24,6 +24,10 @@ def replay(
     safety: Optional[Path] = typer.Option(
         None, "--safety", help="Safety YAML (deploy/config/safety.example.yaml): replay through the dry-run "
         "engine with these limits; the report's `engine` section shows what they held back."),
+    compare_policy: Optional[List[Path]] = typer.Option(
+        None, "--compare-policy", metavar="YAML", help="Also decide with this policy on the same scores (the "
+        "alternative is named by its file's stem; repeat for more): the report's `alternatives` section and the "
+        "summary put it beside --policy, incident by incident. One replay, however many policies."),
     trace: Optional[List[str]] = typer.Option(
         None, "--trace", metavar="NODE[:GPU]", help="Write every tick's scores, rule, decision and features of "
         "this node (or one GPU of it) to --trace-out as CSV; repeat for more (docs/replay.md)."),
@@ -71,7 +75,8 @@ def replay(
                             [r.name for r in bundle.rules.rules])
         elif trace_features:
             raise ValueError("--trace-features needs --trace NODE[:GPU] (the parts to trace)")
-        replayer = Replayer(bundle, cfg, settings, engine=engine, trace=tracer)
+        replayer = Replayer(bundle, cfg, settings, engine=engine, trace=tracer,
+                            alternatives=alternative_policies(compare_policy or []))
         with Progress(TextColumn("replaying"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
             task = bar.add_task("replay", total=1.0)
@@ -104,6 +109,19 @@ def replay(
                           f"{escape(', '.join(tracer.nodes[:5]))}{' ...' if len(tracer.nodes) > 5 else ''})",
                           soft_wrap=True)
             raise typer.Exit(2)
+
+
+def alternative_policies(paths: List[Path]) -> dict:
+    """``--compare-policy`` files loaded, by file stem; two files of one stem are refused (name them apart)."""
+    from remediation.config import load_policy_config
+
+    out: dict = {}
+    for path in paths:
+        if path.stem in out:
+            raise ValueError(f"--compare-policy: two policy files named {path.stem!r}; an alternative is named by "
+                             "its file's stem, so rename one")
+        out[path.stem] = load_policy_config(path)
+    return out
 
 
 def engine_summary(actions: list) -> dict:

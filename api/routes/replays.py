@@ -24,8 +24,10 @@ JobId = Annotated[str, PathParam(min_length=1, max_length=64)]
 
 @router.post("", response_model=Job, status_code=status.HTTP_202_ACCEPTED)
 def start_replay(ctx: Ctx, who: Operator, body: ReplayCreate, response: Response) -> Job:
-    """Start a replay of a recording directory (dry run, telemetry time); poll ``Location``."""
-    job = ctx.replays.start(body.recording, {}, who.actor)
+    """Start a replay of a recording directory (dry run, telemetry time); poll ``Location``. Alternative
+    policies (``compare_policies``) are checked first: one that is not a valid policy is a 422."""
+    params = {"compare_policies": body.compare_policies} if body.compare_policies else {}
+    job = ctx.replays.start(body.recording, params, who.actor)
     response.headers["Location"] = f"/v1/replays/{job['id']}"
     return Job.model_validate(job)
 

@@ -289,3 +289,30 @@ def test_a_replay_job_runs_in_the_background_and_its_report_is_the_spec_report(c
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert page.text.startswith("<!DOCTYPE html>") and str(small_recording) in page.text
     assert [j["id"] for j in client.get("/v1/replays", headers=headers("viewer")).json()["jobs"]] == [job["id"]]
+
+
+def test_a_replay_job_decides_alternative_policies_beside_the_services_and_refuses_an_invalid_one(
+        client, small_recording):
+    bad = [{"x": {"act_threshold": 2}}, {"x": {"no_such_setting": 1}}, {"../up": {}},
+           {f"p{k}": {} for k in range(9)}]
+    for alternatives in bad:
+        assert_error(client.post("/v1/replays", json={"recording": str(small_recording), "compare_policies": alternatives},
+                                 headers=headers("operator")), 422)
+    assert client.get("/v1/replays", headers=headers("viewer")).json()["jobs"] == []   # nothing was queued
+    body = {"recording": str(small_recording), "compare_policies": {"quiet": {"actions": {"hbm_ecc": "none"}}}}
+    r = client.post("/v1/replays", json=body, headers=headers("operator"))
+    assert r.status_code == 202, r.text
+    loc = r.headers["location"]
+    done = wait_until(lambda: (j := client.get(loc, headers=headers("viewer")).json())["state"]
+                      in ("succeeded", "failed") and j, timeout_s=120)
+    assert done["state"] == "succeeded", done
+    assert done["params"]["compare_policies"] == body["compare_policies"]
+    assert "quiet" in done["result"]["alternatives"]
+    rep = orjson.loads(client.get(loc + "/report", headers=headers("viewer")).content)
+    alt = rep["alternatives"]["quiet"]
+    # merged onto the service's policy: its other actions are kept, only hbm_ecc changed
+    assert alt["policy"]["actions"]["hbm_ecc"] == "none"
+    assert {k: v for k, v in alt["policy"]["actions"].items() if k != "hbm_ecc"} == \
+        {k: v for k, v in rep["policy"]["actions"].items() if k != "hbm_ecc"}
+    assert {k: v for k, v in alt["policy"].items() if k != "actions"} == \
+        {k: v for k, v in rep["policy"].items() if k != "actions"}

@@ -55,3 +55,18 @@ def test_classes_are_counted_over_every_recording_of_a_group() -> None:
     header, _, shift = text.splitlines()
     assert header == "| group | pcie | power |"
     assert shift == "| shift | 3/3, 2/2 ahead | 3/4, 1/2 ahead |"
+
+
+def test_each_compared_policy_is_pooled_beside_the_policy_per_group() -> None:
+    from bench_robustness import alternatives_table
+
+    def m(caught, ahead, false):
+        return {"caught": caught, "node_fault_incidents": 10, "caught_predictively": ahead, "predictable": 8,
+                "false_actions": false}
+
+    rows = [{"group": "tuning", "model": m(9, 6, 1), "alternatives": {"alert": m(9, 2, 0)}},
+            {"group": "tuning", "model": m(10, 7, 0), "alternatives": {"alert": m(10, 3, 0)}},
+            {"group": "shift", "model": m(8, 5, 2), "alternatives": {"alert": m(8, 5, 1)}}]
+    lines = alternatives_table(rows).splitlines()[2:]
+    assert lines == ["| tuning | --policy | 19/20 | 13/16 | 1 |", "| tuning | alert | 19/20 | 5/16 | 0 |",
+                     "| shift | --policy | 8/10 | 5/8 | 2 |", "| shift | alert | 8/10 | 5/8 | 1 |"]

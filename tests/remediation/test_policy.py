@@ -186,6 +186,17 @@ def test_invalid_policy_file_fails_naming_the_problem(tmp_path, text, message):
         load_policy_config(p)
 
 
+def test_a_policy_with_overrides_merges_mappings_key_by_key_and_names_every_problem():
+    from remediation.config import policy_with
+
+    base = PolicyConfig(actions={"pcie": "alert"})
+    p = policy_with(base, {"actions": {"hbm_ecc": "alert"}, "act_threshold": 0.8})
+    assert p.action_for(FaultClass.HBM_ECC) is Action.ALERT and p.action_for(FaultClass.PCIE) is Action.ALERT
+    assert p.act_threshold == 0.8 and base.act_threshold != 0.8
+    with pytest.raises(PolicyConfigError, match=r"^alt: act_threshold: .*; no_such: Extra inputs"):
+        policy_with(base, {"act_threshold": 2, "no_such": 1}, "alt")
+
+
 def test_policy_file_overrides_defaults(tmp_path):
     p = tmp_path / "policy.yaml"
     p.write_text("policy:\n  act_threshold: 0.9\n  act_threshold_by_fault: {thermal: 0.5}\n")
