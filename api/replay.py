@@ -153,7 +153,7 @@ class Replayer:
         #: called like *observe*, with the model policy's decisions of that tick too (``--trace``)
         self.trace = trace
         #: more policies decided on the same scores, by the policy alone (no engine), as the baseline is: the
-        #: policy stage costs ~2 % of a replay, so comparing policies costs one replay, not one each
+        #: policy stage is 1-2 % of a replay's CPU, so comparing policies costs one replay, not one each
         self.alternatives = dict(alternatives or {})
 
     def run(self, path: str | Path, progress: Callable[[float], None] | None = None) -> ReplayResult:
@@ -355,7 +355,10 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
             out[who] = {k: m[who].get(k) for k in keys}
     for name, alt in report.get("alternatives", {}).items():
         x = alt.get("metrics")
-        out.setdefault("alternatives", {})[name] = (
-            {k: x.get(k) for k in keys} | {k: v for k, v in alt["against_policy"].items() if k.endswith("_only_by_alternative")}
-            if x else {"decisions": len(alt["decisions"]), "actions": dict(Counter(d["action"] for d in alt["decisions"]))})
+        if x:   # its headline, and the incidents one of the two policies caught (ahead) and the other did not
+            only = {k: v for k, v in alt["against_policy"].items() if "_only_by_" in k}
+            out.setdefault("alternatives", {})[name] = {k: x.get(k) for k in keys} | only
+        else:
+            acts = Counter(d["action"] for d in alt["decisions"])
+            out.setdefault("alternatives", {})[name] = {"decisions": len(alt["decisions"]), "actions": dict(acts)}
     return out

@@ -33,14 +33,13 @@ BAR = {"recall": 0.95, "predictive_recall": 0.80, "false_per_1k": 10.0, "alerts_
 def _one(args: tuple[str, str, str, str | None, str | None, tuple[str, ...]], observe=None) -> dict:
     """One recording replayed and scored (*observe*: passed to the Replayer, sees every scored tick)."""
     group, name, path, model, policy, compare = args
-    from api.commands.replay import alternative_policies
     from api.replay import Replayer, build_report
     from models.bundle import ModelBundle, default_model_path
-    from remediation.config import load_policy_config
+    from remediation.config import load_policy_config, load_policy_files
 
     cfg = load_policy_config(policy)
     bundle = ModelBundle.load(model or default_model_path())
-    alternatives = alternative_policies([Path(c) for c in compare])
+    alternatives = load_policy_files(compare)
     result = Replayer(bundle, cfg, observe=observe, alternatives=alternatives).run(path)
     rep = build_report(path, result, {}, cfg)
     out = {"group": group, "name": name, "path": path, "stats": result.stats}
@@ -171,9 +170,12 @@ def alternatives_table(rows: list[dict]) -> str:
         for name, pick in [("--policy", lambda r: r["model"])] + [(n, lambda r, n=n: r["alternatives"][n])
                                                                   for n in names]:
             ms = [pick(r) for r in rs]
-            lines.append(f"| {group} | {name} | {sum(m['caught'] for m in ms)}/{sum(m['node_fault_incidents'] for m in ms)} | "
-                         f"{sum(m['caught_predictively'] for m in ms)}/{sum(m['predictable'] for m in ms)} | "
-                         f"{sum(m['false_actions'] for m in ms)} |")
+
+            def total(k: str) -> int:
+                return sum(m[k] for m in ms)  # noqa: B023 (used at once)
+
+            lines.append(f"| {group} | {name} | {total('caught')}/{total('node_fault_incidents')} | "
+                         f"{total('caught_predictively')}/{total('predictable')} | {total('false_actions')} |")
     return "\n".join(lines)
 
 
@@ -196,8 +198,11 @@ def main() -> None:
     model, policy = (str(a.model) if a.model else None), (str(a.policy) if a.policy else None)
     cmp = tuple(str(c) for c in a.compare_policy)
     if cmp:
-        from api.commands.replay import alternative_policies
-        alternative_policies(a.compare_policy)  # a bad or clashing file fails here, before any replay
+        from remediation.config import PolicyConfigError, load_policy_files
+        try:
+            load_policy_files(cmp)  # a bad or clashing file fails here, before any replay
+        except PolicyConfigError as e:
+            sys.exit(f"error: {e}")
     if a.suite:
         from bench_shift import SUITE
         for root in a.suite:

@@ -7,7 +7,7 @@ an invalid file fails at start-up with every problem listed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Iterable, Mapping, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -299,6 +299,17 @@ class PolicyConfig(BaseModel):
 def load_policy_config(path: str | Path | None) -> PolicyConfig:
     """Read a policy YAML file (``None``: defaults); invalid files raise :class:`PolicyConfigError`."""
     return load_yaml_model(path, PolicyConfig, "policy", PolicyConfigError)
+
+
+def load_policy_files(paths: Iterable[str | Path], what: str = "--compare-policy") -> dict[str, PolicyConfig]:
+    """Policy YAML files by their file's stem (the name a compared policy goes by); two of one stem are refused."""
+    out: dict[str, PolicyConfig] = {}
+    for path in map(Path, paths):
+        if path.stem in out:
+            raise PolicyConfigError(f"{what}: two policy files named {path.stem!r}; a policy is named by its file's "
+                                    "stem, so rename one")
+        out[path.stem] = load_policy_config(path)
+    return out
 
 
 def policy_with(base: PolicyConfig, overrides: Mapping[str, Any], what: str = "policy") -> PolicyConfig:

@@ -46,7 +46,7 @@ def replay(
     from models.base import ModelError
     from models.bundle import ModelBundle, default_model_path
     from pipeline.settings import PipelineSettings
-    from remediation.config import PolicyConfigError, load_policy_config
+    from remediation.config import PolicyConfigError, load_policy_config, load_policy_files
     from remediation.safety import SafetyConfigError, load_safety_config
 
     console = Console(stderr=True)
@@ -76,7 +76,7 @@ def replay(
         elif trace_features:
             raise ValueError("--trace-features needs --trace NODE[:GPU] (the parts to trace)")
         replayer = Replayer(bundle, cfg, settings, engine=engine, trace=tracer,
-                            alternatives=alternative_policies(compare_policy or []))
+                            alternatives=load_policy_files(compare_policy or []))
         with Progress(TextColumn("replaying"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
             task = bar.add_task("replay", total=1.0)
@@ -109,19 +109,6 @@ def replay(
                           f"{escape(', '.join(tracer.nodes[:5]))}{' ...' if len(tracer.nodes) > 5 else ''})",
                           soft_wrap=True)
             raise typer.Exit(2)
-
-
-def alternative_policies(paths: List[Path]) -> dict:
-    """``--compare-policy`` files loaded, by file stem; two files of one stem are refused (name them apart)."""
-    from remediation.config import load_policy_config
-
-    out: dict = {}
-    for path in paths:
-        if path.stem in out:
-            raise ValueError(f"--compare-policy: two policy files named {path.stem!r}; an alternative is named by "
-                             "its file's stem, so rename one")
-        out[path.stem] = load_policy_config(path)
-    return out
 
 
 def engine_summary(actions: list) -> dict:

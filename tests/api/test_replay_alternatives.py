@@ -85,3 +85,11 @@ def test_compare_policy_on_the_command_line_writes_the_alternatives_and_refuses_
                                                "--compare-policy", str(bad)])
     assert refused.exit_code == 2 and "act_threshold" in refused.output
     assert not (tmp_path / "r2.json").exists() and not (tmp_path / "r3.json").exists()
+
+
+def test_without_incidents_the_summary_counts_what_each_alternative_would_have_done():
+    report = {"decisions": [], "summary": {"gpu_samples_per_s": 1},
+              "alternatives": {"strict": {"decisions": [{"action": "drain"}, {"action": "alert"}, {"action": "drain"}]},
+                               "quiet": {"decisions": []}}}
+    assert headline(report)["alternatives"] == {"strict": {"decisions": 3, "actions": {"drain": 2, "alert": 1}},
+                                                "quiet": {"decisions": 0, "actions": {}}}
