@@ -116,3 +116,18 @@ def test_the_action_table_marks_an_escalation_of_a_held_node():
     console.print(action_table(rows))
     lines = {ln.split()[1]: ln for ln in console.export_text().splitlines() if ln.split()[1:2] in (["a1"], ["a2"])}
     assert "reset (escalation)" in lines["a2"] and "escalation" not in lines["a1"]
+
+
+def test_the_client_starts_a_replay_with_alternative_policies_and_reads_its_summary(live_api, small_recording):
+    from api.client import ApiError, GpuopsClient
+    from tests.helpers import wait_until
+
+    with GpuopsClient(live_api, TOKENS["operator"]) as c:
+        with pytest.raises(ApiError, match="act_threshold") as bad:
+            c.start_replay(str(small_recording), {"x": {"act_threshold": 2}})
+        assert bad.value.status == 422
+        job = c.start_replay(str(small_recording), {"quiet": {"actions": {"hbm_ecc": "none"}}})
+        done = wait_until(lambda: (j := c.replay(job["id"]))["state"] in ("succeeded", "failed") and j, timeout_s=120)
+    assert done["state"] == "succeeded", done
+    assert done["params"]["compare_policies"] == {"quiet": {"actions": {"hbm_ecc": "none"}}}
+    assert set(done["result"]["alternatives"]) == {"quiet"}
