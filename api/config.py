@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -154,6 +154,11 @@ class ServiceConfig(BaseSettings):
     adapter: AdapterSection = Field(default_factory=AdapterSection, description="The scheduler adapter.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="Thresholds (docs/engine.md).")
     safety: SafetyConfig = Field(default_factory=SafetyConfig, description="Limits; armed (docs/engine.md).")
+    shadow_policies: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")], dict[str, Any]] = Field(
+        default_factory=dict, max_length=8, description="Policies decided beside `policy` on every tick and never "
+        "carried out: name -> the settings that differ from `policy` (a mapping setting merged key by key). "
+        "GET /v1/engine/shadow and gpuops_shadow_decisions_total show what each would have done "
+        "(docs/operations.md).")
     commands: CommandsSection | None = Field(None, description="GPU resets via the agents; None: off.")
     auth: AuthSection = Field(default_factory=AuthSection, description="API bearer tokens with roles.")
     model_dir: Path | None = Field(None, description="Model bundles directory; None: the shipped model.")
@@ -214,6 +219,15 @@ def check(cfg: ServiceConfig) -> list[str]:
         out.append(f"model_dir: {cfg.model_dir} is not a directory")
     if cfg.commands is not None and cfg.kafka_bootstrap is None:
         out.append("commands: GPU resets travel on Kafka (gpu.commands); set kafka_bootstrap or drop commands")
+    from remediation.config import PolicyConfigError, policy_with
+    for name, over in cfg.shadow_policies.items():
+        if name == "live":
+            out.append("shadow_policies.live: 'live' names the policy that acts; call the shadow something else")
+            continue
+        try:
+            policy_with(cfg.policy, over, f"shadow_policies.{name}")
+        except PolicyConfigError as e:
+            out.append(str(e))
     try:
         from pipeline.settings import PipelineSettings
 

@@ -74,6 +74,14 @@ class _Live(Collector):
         yield acts
         yield blocked
         yield breaker_trips
+        if getattr(eng, "shadow", None) is not None:   # in memory: answers with the store down
+            shadow = CounterMetricFamily("gpuops_shadow_decisions", "Decisions of the live policy ('live') and of "
+                                         "each shadow policy (decided, never carried out), by action and fault.",
+                                         labels=["policy", "action", "fault"])
+            for policy, by in sorted(eng.shadow.counts().items()):
+                for (action, fault), n in sorted(by.items()):
+                    shadow.add_metric([policy, action, fault], n)
+            yield shadow
         try:
             br, armed, paused = eng.breaker, eng.armed, eng.paused
         except Exception:                      # the store is down: the scrape still answers

@@ -257,6 +257,29 @@ class ModelList(BaseModel):
     active: str | None
 
 
+class ShadowDecisions(BaseModel):
+    """What one policy decided since the record started (remediation/shadow.py)."""
+
+    decisions: int
+    by_action_and_fault: dict[str, dict[str, int]] = Field(description="action -> fault class -> decisions")
+    recent: list[dict[str, Any]] = Field(description="The latest decisions (up to 200), oldest first.")
+
+
+class ShadowPolicyDecisions(ShadowDecisions):
+    policy: dict[str, Any] = Field(description="The shadow policy's settings, in full.")
+
+
+class ShadowReport(BaseModel):
+    """The shadow policies beside the live one: decided on every tick, never carried out."""
+
+    leader: bool = Field(description="Only the leader decides; ask it (a standby's record is empty).")
+    since: float | None = Field(description="Telemetry time of the first tick recorded (None: none yet).")
+    ticks: int
+    live: ShadowDecisions
+    shadows: dict[str, ShadowPolicyDecisions] = Field(description="By name (service config shadow_policies); "
+                                                      "empty when none is configured.")
+
+
 class Job(BaseModel):
     """A background job (replay, training)."""
 

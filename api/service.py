@@ -32,7 +32,9 @@ from typing import Any, Callable, Protocol
 from pipeline.bus import Bus, InProcessBus
 from pipeline.settings import PipelineSettings
 from remediation.adapters.base import Adapter, adapter_class
+from remediation.config import policy_with
 from remediation.engine import Engine
+from remediation.shadow import ShadowPolicies
 from remediation.store import ActionStore
 
 from api.config import ServiceConfig
@@ -68,6 +70,14 @@ def build_adapter(cfg: ServiceConfig) -> Adapter:
     if hasattr(cls, "from_config"):
         return cls.from_config(opts)
     return cls(**opts)
+
+
+def _shadow(cfg: ServiceConfig) -> ShadowPolicies | None:
+    """The service config's shadow policies over its policy (checked by api.config.check); None without any."""
+    if not cfg.shadow_policies:
+        return None
+    return ShadowPolicies({n: policy_with(cfg.policy, over, f"shadow_policies.{n}")
+                           for n, over in cfg.shadow_policies.items()})
 
 
 def default_scorer(service: "Service", bus: Bus, name: str) -> ScoringWorkerLike:
@@ -139,7 +149,7 @@ class Service:
         self.adapter = adapter or build_adapter(cfg)
         self._feed_bus = self._make_feed_bus()
         self.engine = Engine(self.store, self.adapter, policy=cfg.policy, safety=cfg.safety,
-                             commands=self._commands(), clock=self.clock)
+                             commands=self._commands(), clock=self.clock, shadow=_shadow(cfg))
         self.engine.acting = False                   # until this replica holds the lease
         self.nodes = NodeView()
         self.elector = LeaderElector(self.store, cfg.replica, cfg.lease_ttl_s,

@@ -53,6 +53,7 @@ from .policy import Decision, Explain, NodeState, PolicyState, decide
 from .recent import RecentActions
 from .resets import CommandChannel
 from .safety import Outcome, SafetyConfig, Snapshot, Verdict, breaker_limit, gate, named
+from .shadow import ShadowPolicies
 from .silences import Silence, SilenceBook, first_match
 from .store import ActionStore, NodeScoreRow
 
@@ -77,7 +78,7 @@ class Engine:
     def __init__(self, store: ActionStore, adapter: Adapter, *, policy: PolicyConfig | None = None,
                  safety: SafetyConfig | None = None, dry: DryRunAdapter | None = None,
                  commands: CommandChannel | None = None, clock: Callable[[], float] = time.time,
-                 silences: SilenceBook | None = None) -> None:
+                 silences: SilenceBook | None = None, shadow: ShadowPolicies | None = None) -> None:
         self.store = store
         self.adapter = adapter
         self.dry = dry if dry is not None else (
@@ -103,6 +104,8 @@ class Engine:
         self.counts: dict[str, int] = {}
         #: the policy's decisions of the last tick (replay reports them beside the records)
         self.last_decisions: list[Decision] = []
+        #: other policies decided on every tick and only recorded (:mod:`remediation.shadow`); None: none
+        self.shadow = shadow
         #: correlated onsets (a rack's power brake): one alert for the group, members not drained
         self.facility = FacilityTracker(window_s=self.safety.facility_window_s,
                                         min_nodes=self.safety.facility_min_nodes,
@@ -199,6 +202,8 @@ class Engine:
         with self._lock:
             self._fleet_size = max(self._fleet_size, len(scores))
             decisions, self.state = decide(scores, self.state, scores.ts, self.policy, explain)
+            if self.shadow is not None:
+                self.shadow.tick(scores, explain, decisions)
             self._hold_silenced(self.silences.active(self.clock()))
             self.last_decisions = decisions
             evidence = self._evidence(scores, decisions)

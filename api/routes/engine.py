@@ -1,4 +1,5 @@
-"""``/v1/engine``: status; arm and disarm (admin); pause and resume; the breaker and its reset (admin)."""
+"""``/v1/engine``: status; arm and disarm (admin); pause and resume; the breaker and its reset (admin); what
+the shadow policies would have done."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter, Body
 from api.context import AppContext
 from api.deps import Admin, Ctx, Operator, Viewer
 from api.routes import AUTH_ERRORS, UNAVAILABLE
-from api.schemas import Breaker, EngineStatus, Note, RequiredNote
+from api.schemas import Breaker, EngineStatus, Note, RequiredNote, ShadowReport
 
 router = APIRouter(prefix="/v1/engine", tags=["engine"], responses=AUTH_ERRORS | UNAVAILABLE)
 OptNote = Annotated[Note | None, Body()]
@@ -70,3 +71,13 @@ def reset_breaker(ctx: Ctx, who: Admin, body: RequiredNote) -> Breaker:
     """Close the breaker (admin); the note says why it is safe."""
     ctx.engine.reset_breaker(who.actor, body.note)
     return _breaker(ctx)
+
+
+@router.get("/shadow", response_model=ShadowReport)
+def shadow(ctx: Ctx, _: Viewer) -> ShadowReport:
+    """The shadow policies (service config ``shadow_policies``) beside the live one: what each decided on the
+    same ticks, by action and fault class, and its latest decisions. None is ever carried out."""
+    sh = ctx.engine.shadow
+    empty: dict[str, Any] = {"decisions": 0, "by_action_and_fault": {}, "recent": []}
+    body = sh.summary() if sh is not None else {"since": None, "ticks": 0, "live": empty, "shadows": {}}
+    return ShadowReport.model_validate({**body, "leader": bool(ctx.is_leader())})

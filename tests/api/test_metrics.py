@@ -48,3 +48,21 @@ def test_breaker_and_armed_follow_the_engine_at_scrape_time(client, api_ctx):
     text = client.get("/metrics", headers=headers("viewer")).text
     assert "gpuops_breaker_open 1.0" in text and "gpuops_armed 1.0" in text
     assert "gpuops_breaker_opened_total 1.0" in text
+
+
+def test_shadow_decisions_are_counted_per_policy_and_pass_promtool(client, api_ctx, promtool):
+    from remediation.config import policy_with
+    from remediation.shadow import ShadowPolicies
+    from tests.api.conftest import FLEET
+    from tests.remediation.test_engine import explain, fleet
+
+    api_ctx.engine.shadow = ShadowPolicies({"rules-only": policy_with(api_ctx.engine.policy, {"use_model": False})})
+    for _ in range(3):
+        api_ctx.clock.t += 60.0
+        api_ctx.engine.tick(fleet(FLEET, api_ctx.clock.t, rule_nodes=[3], p=[0, 0, 0.99, 0, 0, 0]), explain)
+    text = client.get("/metrics", headers=headers("viewer")).text
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert 'gpuops_shadow_decisions_total{action="drain",fault="nvlink",policy="live"} 1.0' in text
+    assert 'gpuops_shadow_decisions_total{action="drain",fault="ib_link",policy="rules-only"} 1.0' in text
+    assert 'gpuops_shadow_decisions_total{action="drain",fault="nvlink",policy="rules-only"}' not in text

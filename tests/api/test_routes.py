@@ -316,3 +316,28 @@ def test_a_replay_job_decides_alternative_policies_beside_the_services_and_refus
         {k: v for k, v in rep["policy"]["actions"].items() if k != "hbm_ecc"}
     assert {k: v for k, v in alt["policy"].items() if k != "actions"} == \
         {k: v for k, v in rep["policy"].items() if k != "actions"}
+
+
+def test_the_shadow_report_shows_each_shadow_policy_beside_the_live_one(client, api_ctx):
+    from remediation.config import policy_with
+    from remediation.shadow import ShadowPolicies
+    from tests.remediation.test_engine import explain, fleet
+
+    empty = client.get("/v1/engine/shadow", headers=headers("viewer")).json()
+    assert empty["shadows"] == {} and empty["ticks"] == 0 and empty["leader"] is True
+    live = api_ctx.engine.policy
+    api_ctx.engine.shadow = ShadowPolicies({
+        "rules-only": policy_with(live, {"use_model": False}),
+        "eager": policy_with(live, {"alert_threshold": 0.3, "act_threshold": 0.4, "corroborate_threshold": 0.4})})
+    for k in range(4):
+        api_ctx.clock.t += 60.0
+        api_ctx.engine.tick(fleet(FLEET, api_ctx.clock.t, rule_nodes=[3], p=[0, 0, 0.99, 0, 0.5, 0]), explain)
+    body = client.get("/v1/engine/shadow", headers=headers("viewer")).json()
+    assert body["ticks"] == 4 and body["live"]["by_action_and_fault"]["drain"] == {"ib_link": 1, "nvlink": 1}
+    assert body["shadows"]["rules-only"]["by_action_and_fault"]["drain"] == {"ib_link": 1}
+    assert body["shadows"]["rules-only"]["policy"]["use_model"] is False
+    assert body["shadows"]["eager"]["by_action_and_fault"]["drain"] == {"ib_link": 1, "nvlink": 2}
+    assert [d["node"] for d in body["shadows"]["eager"]["recent"] if d["action"] == "drain" and d["node"] == "n00004"]
+    # ... and no shadow decision became an action: n00004 was only ever alerted by the live policy
+    assert {a.kind.value for a in api_ctx.store.query(node="n00004")} <= {"alert"}
+    assert client.get("/v1/engine/shadow").status_code == 401

@@ -54,3 +54,23 @@ def test_shutdown_releases_the_lease_and_stops_every_thread(tmp_path: Path) -> N
     store = ActionStore(cfg.resolved_store_url)
     assert store.lease_holder("engine") is None
     store.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_shadow_policy_is_decided_on_the_live_ticks_and_shown_beside_the_live_one(tmp_path: Path) -> None:
+    cfg = load_service_config(None, port=0, state_dir=str(tmp_path), simulate={"speedup": 120},
+                              shadow_policies={"rules-only": {"use_model": False}})
+    svc = Service(cfg).start()
+    try:
+        auth = {"Authorization": f"Bearer {svc.admin_token}"}
+
+        def shadow() -> dict:
+            body = httpx.get(f"{svc.url}/v1/engine/shadow", headers=auth, timeout=5).json()
+            return body if body["ticks"] >= 3 else {}
+
+        body = wait_until(shadow, timeout_s=40, interval_s=0.25, message="three ticks decided by the shadow")
+        assert body["leader"] is True and list(body["shadows"]) == ["rules-only"]
+        assert body["shadows"]["rules-only"]["policy"]["use_model"] is False
+        assert 'gpuops_shadow_decisions' in httpx.get(f"{svc.url}/metrics", headers=auth, timeout=5).text
+    finally:
+        svc.stop()

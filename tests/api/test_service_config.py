@@ -80,3 +80,20 @@ def test_every_setting_documents_its_meaning() -> None:
         return out
 
     assert undocumented(ServiceConfig) == []
+
+
+def test_shadow_policies_are_checked_over_the_policy_and_the_service_builds_them(tmp_path: Path) -> None:
+    from api.service import _shadow
+
+    f = tmp_path / "c.yaml"
+    f.write_text("shadow_policies: {strict: {act_threshold: 2}, live: {}, ok: {}}\n")
+    with pytest.raises(ServiceConfigError) as e:
+        load_service_config(f)
+    assert "shadow_policies.strict: act_threshold" in str(e.value) and "shadow_policies.live" in str(e.value)
+    f.write_text("policy: {act_threshold: 0.8}\nshadow_policies: {hbm-alert: {actions: {hbm_ecc: alert}}}\n")
+    cfg = load_service_config(f)
+    shadow = _shadow(cfg)
+    assert shadow is not None and list(shadow.policies) == ["hbm-alert"]
+    alt = shadow.policies["hbm-alert"]
+    assert alt.act_threshold == 0.8 and alt.actions[next(k for k in alt.actions if k.value == "hbm_ecc")].value == "alert"
+    assert _shadow(load_service_config(None)) is None
