@@ -6,7 +6,9 @@ passes over its open actions (verification, retries). Target (issue 9): < 50 ms 
 on both stores. The dry-run adapter stands in for the scheduler, so this measures the
 engine and the store, not Slurm (bench_slurm_latency.py measures that).
 
-    python bench/bench_engine.py [--ticks 200] [--nodes 1000] [--postgres URL] [--write]
+    python bench/bench_engine.py [--ticks 200] [--nodes 1000] [--shadows K] [--postgres URL] [--write]
+
+``--shadows K`` adds K shadow policies (remediation/shadow.py: decided every tick, never carried out).
 
 ``--postgres`` defaults to ``$GPUOPS_TEST_POSTGRES`` (deploy/testservices/postgres_up.sh).
 ``--write`` records the table in bench/results/engine.md.
@@ -32,7 +34,9 @@ from collector.schema import Action  # noqa: E402
 from models.base import class_index  # noqa: E402
 from models.node_scores import NodeScores  # noqa: E402
 from remediation.adapters.dryrun import DryRunAdapter  # noqa: E402
+from remediation.config import PolicyConfig  # noqa: E402
 from remediation.engine import Engine  # noqa: E402
+from remediation.shadow import ShadowPolicies  # noqa: E402
 from remediation.safety import SafetyConfig  # noqa: E402
 from remediation.store import ActionStore  # noqa: E402
 
@@ -51,18 +55,21 @@ def scores(n: int, ts: float, rng: np.random.Generator) -> NodeScores:
                       np.array([None] * n, object), rng.random(n) * 0.99, idx)
 
 
-def run(url: str, ticks: int, nodes: int) -> dict[str, float]:
+def run(url: str, ticks: int, nodes: int, shadows: int = 0) -> dict[str, float]:
     if url.startswith("postgresql"):
         with postgres_schema(url) as fresh:       # a new empty schema per run, dropped afterwards
-            return _run(fresh, ticks, nodes)
-    return _run(url, ticks, nodes)
+            return _run(fresh, ticks, nodes, shadows)
+    return _run(url, ticks, nodes, shadows)
 
 
-def _run(url: str, ticks: int, nodes: int) -> dict[str, float]:
+def _run(url: str, ticks: int, nodes: int, shadows: int = 0) -> dict[str, float]:
     store = ActionStore(url)
     store.migrate()
     now = [time.time()]
-    engine = Engine(store, DryRunAdapter(), safety=SafetyConfig(), clock=lambda: now[0])
+    # shadow k acts a little earlier than the live policy (0.7): a different decision stream, as a real one is
+    shadow = ShadowPolicies({f"s{k}": PolicyConfig(act_threshold=0.6 - 0.05 * k, alert_threshold=0.3)
+                             for k in range(shadows)}) if shadows else None
+    engine = Engine(store, DryRunAdapter(), safety=SafetyConfig(), clock=lambda: now[0], shadow=shadow)
     engine.start()
     rng = np.random.default_rng(1)
     times, cpu = [], []
@@ -85,6 +92,7 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=200)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--postgres", default=os.environ.get("GPUOPS_TEST_POSTGRES"))
+    ap.add_argument("--shadows", type=int, default=0, help="shadow policies decided beside the live one")
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -93,12 +101,14 @@ def main() -> None:
             backends.append(("PostgreSQL 15 (127.0.0.1)", a.postgres))
         else:
             print("no --postgres / GPUOPS_TEST_POSTGRES: PostgreSQL not measured", file=sys.stderr)
-        rows = [(name, run(url, a.ticks, a.nodes)) for name, url in backends]
+        rows = [(name, run(url, a.ticks, a.nodes, a.shadows)) for name, url in backends]
     lines = [f"# Engine tick — {date.today()} (CPython {platform.python_version()}, {os.cpu_count()} cores, "
              f"{platform.machine()})", "",
              f"{a.nodes} nodes scored per tick, 3 rules firing per tick (default safety limits: most are held "
-             f"for a person after the caps fill), {a.ticks} ticks; dry-run adapter. "
-             f"`python bench/bench_engine.py --ticks {a.ticks} --nodes {a.nodes}`", "",
+             f"for a person after the caps fill), {a.ticks} ticks; dry-run adapter"
+             + (f"; {a.shadows} shadow policies" if a.shadows else "") + ". "
+             f"`python bench/bench_engine.py --ticks {a.ticks} --nodes {a.nodes}"
+             + (f" --shadows {a.shadows}" if a.shadows else "") + "`", "",
              f"Load average at the start: {os.getloadavg()[0]:.1f} (this VM is shared; wall times move with it, "
              "the engine's own CPU per tick much less).", "",
              "| store | p50 per tick (wall) | p99 | max | engine CPU per tick (p50) | action records at the end |",

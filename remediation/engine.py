@@ -202,15 +202,15 @@ class Engine:
         with self._lock:
             self._fleet_size = max(self._fleet_size, len(scores))
             decisions, self.state = decide(scores, self.state, scores.ts, self.policy, explain)
-            if self.shadow is not None:
-                self.shadow.tick(scores, explain, decisions)
             self._hold_silenced(self.silences.active(self.clock()))
             self.last_decisions = decisions
             evidence = self._evidence(scores, decisions)
             recs = self.submit(decisions, evidence)
             self._put_scores(scores)
             self.maintain()
-            return recs
+        if self.shadow is not None:   # touches no engine state: the API need not wait for it
+            self.shadow.tick(scores, explain, decisions)
+        return recs
 
     def _evidence(self, s: NodeScores, decisions: list[Decision]) -> dict[str, dict[str, Any]]:
         if not decisions:
