@@ -123,6 +123,9 @@ class GpuopsClient:
     def engine(self) -> dict[str, Any]:
         return self._call("GET", "/v1/engine")
 
+    def engine_shadow(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/engine/shadow")
+
     def engine_do(self, verb: str, note: str = "") -> dict[str, Any]:
         """``arm``, ``disarm``, ``pause`` or ``resume``."""
         if verb not in ("arm", "disarm", "pause", "resume"):

@@ -1,4 +1,5 @@
-"""``gpuops engine [status|arm|disarm|pause|resume|breaker-reset]``: the remediation engine's switches."""
+"""``gpuops engine [status|arm|disarm|pause|resume|breaker-reset|shadow]``: the remediation engine's switches,
+and what its shadow policies would have done."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class Verb(str, enum.Enum):
     pause = "pause"
     resume = "resume"
     breaker_reset = "breaker-reset"
+    shadow = "shadow"
 
 
 def register(app: typer.Typer) -> None:
@@ -26,12 +28,20 @@ def register(app: typer.Typer) -> None:
 def engine(verb: Verb = typer.Argument(Verb.status, help="What to do (arm, disarm, breaker-reset: admin)."),
            note: str = typer.Option("", "--note", "-n", help="Why (required for breaker-reset)."),
            url: str = UrlOpt, token: Optional[str] = TokenOpt, as_json: bool = JsonOpt) -> None:
-    """Show the engine (armed, paused, breaker, held nodes) or change its switches."""
+    """Show the engine (armed, paused, breaker, held nodes) or change its switches; `shadow`: the shadow policies'
+    decisions beside the live policy's (never carried out)."""
     from rich.markup import escape
 
     from api.commands.remote import api, console, print_json
 
     with api(url, token) as c:
+        if verb is Verb.shadow:
+            sh = c.engine_shadow()
+            if as_json:
+                print_json(sh)
+            else:
+                print_shadow(sh)
+            return
         if verb is Verb.breaker_reset:
             if not note.strip():
                 console().print("[red]error:[/red] breaker-reset needs --note saying why it is safe")
@@ -54,3 +64,26 @@ def engine(verb: Verb = typer.Argument(Verb.status, help="What to do (arm, disar
     out.print(f"held nodes ({len(st['held'])}): {escape(', '.join(st['held'])) or '-'}")
     if st.get("counts"):
         out.print("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(st["counts"].items())))
+
+
+def print_shadow(sh: dict) -> None:
+    """The shadow report as a table: per policy, its decisions by action, and its drains by fault class."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from api.commands.remote import console
+
+    out = console()
+    if not sh["shadows"]:
+        out.print("no shadow policies: add shadow_policies to the service config (docs/engine.md)")
+        return
+    if not sh["leader"]:
+        out.print("[yellow]this replica is a standby: only the leader decides; ask it[/yellow]")
+    actions = ("drain", "reset", "requeue", "alert", "resume")
+    t = Table("policy", "decisions", *actions, "drains by fault", title=f"{sh['ticks']} ticks since {sh['since']}")
+    for name, p in [("live", sh["live"]), *sh["shadows"].items()]:
+        by = p["by_action_and_fault"]
+        drains = ", ".join(f"{f} {n}" for f, n in sorted(by.get("drain", {}).items())) or "-"
+        t.add_row(escape(name), str(p["decisions"]), *(str(sum(by.get(a, {}).values())) for a in actions),
+                  escape(drains))
+    out.print(t)

@@ -131,3 +131,23 @@ def test_the_client_starts_a_replay_with_alternative_policies_and_reads_its_summ
     assert done["state"] == "succeeded", done
     assert done["params"]["compare_policies"] == {"quiet": {"actions": {"hbm_ecc": "none"}}}
     assert set(done["result"]["alternatives"]) == {"quiet"}
+
+
+def test_engine_shadow_prints_each_policy_beside_the_live_one(gpuops, api_ctx):
+    from remediation.config import policy_with
+    from remediation.shadow import ShadowPolicies
+    from tests.api.conftest import FLEET
+    from tests.remediation.test_engine import explain, fleet
+
+    assert "no shadow policies" in gpuops("engine", "shadow", role="viewer").output
+    api_ctx.engine.shadow = ShadowPolicies({"rules-only": policy_with(api_ctx.engine.policy, {"use_model": False})})
+    for _ in range(3):
+        api_ctx.clock.t += 60.0
+        api_ctx.engine.tick(fleet(FLEET, api_ctx.clock.t, rule_nodes=[3], p=[0, 0, 0.99, 0, 0, 0]), explain)
+    r = gpuops("engine", "shadow", role="viewer")
+    assert r.exit_code == 0, r.output
+    rows = {ln.split("│")[1].strip(): ln for ln in r.output.splitlines() if ln.count("│") > 3}
+    assert "ib_link 1, nvlink 1" in rows["live"] and "ib_link 1" in rows["rules-only"]
+    assert "nvlink" not in rows["rules-only"]
+    body = json.loads(gpuops("engine", "shadow", "--json", role="viewer").stdout)
+    assert body["ticks"] == 3 and list(body["shadows"]) == ["rules-only"]
