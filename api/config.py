@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from collector.commands import TOPIC_COMMANDS
 from collector.wire import TOPIC_DEADLETTER, TOPIC_EVENTS, TOPIC_SCORES, TOPIC_TELEMETRY
-from remediation.config import PolicyConfig
+from remediation.config import PolicyConfig, PolicyConfigError, policy_with
 from remediation.safety import SafetyConfig
 
 Role = Literal["viewer", "operator", "admin"]
@@ -219,7 +219,6 @@ def check(cfg: ServiceConfig) -> list[str]:
         out.append(f"model_dir: {cfg.model_dir} is not a directory")
     if cfg.commands is not None and cfg.kafka_bootstrap is None:
         out.append("commands: GPU resets travel on Kafka (gpu.commands); set kafka_bootstrap or drop commands")
-    from remediation.config import PolicyConfigError, policy_with
     for name, over in cfg.shadow_policies.items():
         if name == "live":
             out.append("shadow_policies.live: 'live' names the policy that acts; call the shadow something else")
