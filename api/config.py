@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from collector.commands import TOPIC_COMMANDS
 from collector.wire import TOPIC_DEADLETTER, TOPIC_EVENTS, TOPIC_SCORES, TOPIC_TELEMETRY
-from remediation.config import PolicyConfig, PolicyConfigError, policy_with
+from remediation.config import POLICY_NAME, PolicyConfig, PolicyConfigError, policy_with
 from remediation.safety import SafetyConfig
 
 Role = Literal["viewer", "operator", "admin"]
@@ -154,7 +154,7 @@ class ServiceConfig(BaseSettings):
     adapter: AdapterSection = Field(default_factory=AdapterSection, description="The scheduler adapter.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="Thresholds (docs/engine.md).")
     safety: SafetyConfig = Field(default_factory=SafetyConfig, description="Limits; armed (docs/engine.md).")
-    shadow_policies: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")], dict[str, Any]] = Field(
+    shadow_policies: dict[Annotated[str, Field(pattern=POLICY_NAME)], dict[str, Any]] = Field(
         default_factory=dict, max_length=8, description="Policies decided beside `policy` on every tick and never "
         "carried out: name -> the settings that differ from `policy` (a mapping setting merged key by key). "
         "GET /v1/engine/shadow and gpuops_shadow_decisions_total show what each would have done "

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from remediation.actions import ActionRecord
 from remediation.adapters.base import PermanentAdapterError, validate_node_name
+from remediation.config import POLICY_NAME
 
 #: the largest GPU index accepted (8-16 GPUs a node today; leaves room)
 MAX_GPU = 255
@@ -105,7 +106,7 @@ class ReplayCreate(_In):
     """A replay of a recording directory on the server."""
 
     recording: str = Field(..., min_length=1, max_length=4096, description="Path of a recording directory.")
-    compare_policies: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")], dict[str, Any]] = Field(
+    compare_policies: dict[Annotated[str, Field(pattern=POLICY_NAME)], dict[str, Any]] = Field(
         default_factory=dict, max_length=8,
         description="More policies decided on the same scores (``gpuops replay --compare-policy``): name -> the "
         "settings that differ from the service's policy, e.g. ``{\"hbm-alert\": {\"actions\": {\"hbm_ecc\": "

@@ -282,7 +282,7 @@ def _delta(a: Any, b: Any, better: str, names: tuple[str, str] = ("model", "base
     return {names[0]: a, names[1]: b, "delta": a - b if ok else None, "better": better}
 
 
-def compare(model_metrics: Mapping[str, Any], baseline_metrics: Mapping[str, Any],
+def compare(first: Mapping[str, Any], second: Mapping[str, Any],
             names: tuple[str, str] = ("model", "baseline")) -> dict[str, Any]:
     """Side-by-side of two :func:`score_replay` results (the first minus the second), each side
     named by *names* (the report's model and rules baseline by default; a policy and an
@@ -295,9 +295,9 @@ def compare(model_metrics: Mapping[str, Any], baseline_metrics: Mapping[str, Any
     predictable ones one caught at least 60 s ahead and the other did not.
     """
     a, b = names
-    headline = {k: _delta(model_metrics.get(k), baseline_metrics.get(k), d, names) for k, d in HEADLINE.items()}
+    headline = {k: _delta(first.get(k), second.get(k), d, names) for k, d in HEADLINE.items()}
     per_class = {}
-    mc, bc = model_metrics.get("per_class", {}), baseline_metrics.get("per_class", {})
+    mc, bc = first.get("per_class", {}), second.get("per_class", {})
     for cls in sorted(set(mc) | set(bc)):
         m, o = mc.get(cls, {}), bc.get(cls, {})
         per_class[cls] = {k: _delta(m.get(k), o.get(k), "higher", names) for k in ("recall", "predictive_recall")}
@@ -307,8 +307,8 @@ def compare(model_metrics: Mapping[str, Any], baseline_metrics: Mapping[str, Any
             not ahead or (r.get("predictable") and r["fault"] != FaultClass.APP_ERROR.value
                           and r["lead_s"] >= PREDICTIVE_LEAD_S))}
 
-    m_ids, b_ids = caught(model_metrics), caught(baseline_metrics)
-    m_early, b_early = caught(model_metrics, True), caught(baseline_metrics, True)
+    m_ids, b_ids = caught(first), caught(second)
+    m_early, b_early = caught(first, True), caught(second, True)
     return {"headline": headline, "per_class": per_class,
             f"caught_only_by_{a}": sorted(m_ids - b_ids), f"caught_only_by_{b}": sorted(b_ids - m_ids),
             f"ahead_only_by_{a}": sorted(m_early - b_early), f"ahead_only_by_{b}": sorted(b_early - m_early)}

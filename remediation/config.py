@@ -301,6 +301,10 @@ def load_policy_config(path: str | Path | None) -> PolicyConfig:
     return load_yaml_model(path, PolicyConfig, "policy", PolicyConfigError)
 
 
+#: how a compared or shadow policy may be named (a report key, a metric label, a file stem)
+POLICY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
 def load_policy_files(paths: Iterable[str | Path], what: str = "--compare-policy") -> dict[str, PolicyConfig]:
     """Policy YAML files by their file's stem (the name a compared policy goes by); two of one stem are refused."""
     out: dict[str, PolicyConfig] = {}
@@ -322,8 +326,12 @@ def policy_with(base: PolicyConfig, overrides: Mapping[str, Any], what: str = "p
     try:
         return PolicyConfig(**raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'policy'}: {err['msg']}" for err in e.errors())
-        raise PolicyConfigError(f"{what}: {problems}") from None
+        raise PolicyConfigError(f"{what}: {problems(e, 'policy')}") from None
+
+
+def problems(e: ValidationError, section: str) -> str:
+    """Every problem of *e*, each as ``where: what`` (*section* where pydantic names no field)."""
+    return "; ".join(f"{'.'.join(map(str, err['loc'])) or section}: {err['msg']}" for err in e.errors())
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -346,5 +354,4 @@ def load_yaml_model(path: str | Path | None, model: type[M], section: str, error
     try:
         return model(**raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or section}: {err['msg']}" for err in e.errors())
-        raise error(f"{path}: {problems}") from None
+        raise error(f"{path}: {problems(e, section)}") from None

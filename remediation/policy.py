@@ -258,19 +258,13 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         pcie_at = now if rate >= cfg.pcie_warn_per_min else _recent(pcie_at, now, mem)
         pcie_quiet_at = now if rate < cfg.pcie_warn_per_min else _recent(pcie_quiet_at, now, mem)
     storm_ratio, storm_at = ns.storm_ratio, ns.storm_at
-    if cfg.hbm_storm_ratio > 0 and s.sbe_of_peak is not None:  # the last known reading; NaN changes nothing
-        r = float(s.sbe_of_peak[i])
-        if r == r:
-            storm_ratio, storm_at = r, now
-        elif _recent(storm_at, now, cfg.hbm_storm_memory_s) is None:
-            storm_ratio, storm_at = None, None
+    if cfg.hbm_storm_ratio > 0 and s.sbe_of_peak is not None:
+        storm_ratio, storm_at = _last_known(float(s.sbe_of_peak[i]), storm_ratio, storm_at, now,
+                                            cfg.hbm_storm_memory_s)
     storm_growth, growth_at = ns.storm_growth, ns.growth_at
-    if cfg.hbm_steady_growth > 0 and s.sbe_growth is not None:  # the same, for the growth
-        g = float(s.sbe_growth[i])
-        if g == g:
-            storm_growth, growth_at = g, now
-        elif _recent(growth_at, now, cfg.hbm_storm_memory_s) is None:
-            storm_growth, growth_at = None, None
+    if cfg.hbm_steady_growth > 0 and s.sbe_growth is not None:
+        storm_growth, growth_at = _last_known(float(s.sbe_growth[i]), storm_growth, growth_at, now,
+                                              cfg.hbm_storm_memory_s)
     held_back = (  # a prediction whose own evidence reads benign right now
         (fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
         or (pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None and pcie_quiet_at is not None))
@@ -314,6 +308,15 @@ def _storm_waiting(ns: NodeState, fault: FaultClass | None, now: float, cfg: Pol
         return (f"waiting: its GPU's corrected ECC errors of the last 10 min run at {g:.2f}x their own rate of the "
                 f"hour before, a steady storm, not a growing one (acts if they reach {cfg.hbm_steady_growth:.2f}x)")
     return None
+
+
+def _last_known(reading: float, value: float | None, at: float | None, now: float,
+                memory: float) -> tuple[float | None, float | None]:
+    """(value, read at) after a tick whose *reading* is NaN when not known: a known one replaces the
+    remembered one; an unknown one changes nothing until the remembered one is *memory* s old."""
+    if reading == reading:
+        return reading, now
+    return (value, at) if _recent(at, now, memory) is not None else (None, None)
 
 
 def _recent(at: float | None, now: float, within: float) -> float | None:
