@@ -144,6 +144,21 @@ class PolicyConfig(BaseModel):
         "predictions for it within this many seconds only alert: the prediction was wrong once (a confounder "
         "such as a steady low SBE rate), so a person decides. Rules on hard evidence still act. A prediction "
         "whose failure came while the node was held (an acting rule fired: it was right) does not count. 24 h.")
+    false_budget_per_1k_node_days: float = Field(
+        5.0, ge=0,
+        description="The fleet's budget of prediction holds that end healthy, per fault class, per 1,000 node-days "
+        "(remediation/budget.py). A class whose holds ended healthy (resumed with no acting rule while held) at "
+        "least false_budget_min_events times in false_budget_window_s, and beyond this rate at "
+        "false_budget_confidence, is braked: its predictions alert instead of acting until that passes. Rules "
+        "are never braked. 5: half the issue's bar of 10 false actions, the whole of research/robust-detection.md "
+        "section 9.5's. 0: off.")
+    false_budget_window_s: float = Field(
+        7 * 86400.0, gt=0, description="The window of the false-action budget, telemetry s (7 days).")
+    false_budget_min_events: int = Field(
+        3, ge=1, description="Holds ended healthy in one class before its budget can brake it (fewer is chance).")
+    false_budget_confidence: float = Field(
+        0.9, gt=0, lt=1, description="How sure the budget must be that the class's rate is over it (one-sided "
+        "Poisson lower bound).")
     actions: dict[FaultClass, Action] = Field(
         default_factory=lambda: dict(DEFAULT_ACTIONS),
         description="Hardest action per predicted fault class, taken only when the prediction is corroborated; "

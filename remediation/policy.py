@@ -58,6 +58,7 @@ import numpy as np
 from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.node_scores import NodeScores
 
+from .budget import BudgetState, HoldOutcome, braked, observe, record
 from .config import PolicyConfig
 
 #: explain(node index, source) -> human reason; source is "rule", "model" or "anomaly"
@@ -200,6 +201,8 @@ class PolicyState:
     fleet_alert_times: tuple[float, ...] = ()
     #: the fleet's typical node, sampled (fleet calibration): at most fleet_window_s / fleet_step_s
     fleet_levels: tuple[FleetLevel, ...] = ()
+    #: the fleet's false-action budget: how its prediction holds ended, and its node-days (remediation/budget.py)
+    budget: BudgetState = field(default_factory=BudgetState)
 
     def held(self) -> list[str]:
         return [n for n, s in self.nodes.items() if s.held_since is not None]
@@ -227,19 +230,39 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
         first_seen = {**first_seen, **dict.fromkeys(new, now)}
     fleet = [t for t in state.fleet_alert_times if now - t < RATE_WINDOW_S]
     levels, floors = fleet_levels(scores, p, anomaly, state.fleet_levels, now, cfg)
+    budget, brakes = state.budget, {}
+    budgeted = cfg.use_model and cfg.false_budget_per_1k_node_days > 0
+    if budgeted:
+        budget = observe(budget, len(scores), now, cfg)
+        brakes = braked(budget, now, cfg)
     out: list[Decision] = []
     for i in sorted(idx):
         name = str(scores.node[i])
-        ns = nodes.get(name, NodeState())
+        before = ns = nodes.get(name, NodeState())
         seen_s = now - first_seen[name]
         ns, d = _decide_node(i, name, ns, scores, float(p[i]), float(anomaly[i]), now, seen_s, cfg, explain, fleet,
-                             floors)
+                             floors, brakes)
         out.extend(d)
+        if d and budgeted and (outcome := _hold_outcome(name, before, d, now)) is not None:
+            budget = record(budget, outcome)
         if ns == NodeState():
             nodes.pop(name, None)
         else:
             nodes[name] = ns
-    return out, PolicyState(nodes, first_seen, tuple(fleet), levels)
+    return out, PolicyState(nodes, first_seen, tuple(fleet), levels, budget)
+
+
+def _hold_outcome(name: str, before: NodeState, decisions: list[Decision], now: float) -> HoldOutcome | None:
+    """How this tick ended a hold taken on a prediction, if it did: resumed healthy (unconfirmed) or an
+    acting rule fired while held (confirmed: the failure came, whatever its class)."""
+    if before.held_since is None or before.held_grade not in _PREDICTION_GRADES or before.held_fault is None:
+        return None
+    for d in decisions:
+        if d.action is Action.RESUME:
+            return HoldOutcome(now, name, before.held_fault, confirmed=False)
+        if d.source == "rule":
+            return HoldOutcome(now, name, before.held_fault, confirmed=True)
+    return None
 
 
 def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault: FaultClass | None,
@@ -356,7 +379,8 @@ def _hard(cfg: PolicyConfig, fault: FaultClass) -> tuple[Action, FollowUp | None
 
 def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, now: float,
                  seen_s: float, cfg: PolicyConfig, explain: Explain,
-                 fleet: list[float], floors: Floors) -> tuple[NodeState, list[Decision]]:
+                 fleet: list[float], floors: Floors,
+                 brakes: dict[FaultClass, str]) -> tuple[NodeState, list[Decision]]:
     rule = int(s.rule[i])
     rule_action = s.rule_action[i] if rule >= 0 else None
     rule_acts = rule_action in _ACTING
@@ -395,7 +419,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                        healthy_since=None, above_since=None, high_since=None, episodes=(), alert_times=()), [
             _rule_decision(i, name, s, rule_action, now, explain)]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
-    waiting = _storm_waiting(ns, fault, now, cfg)
+    waiting = _storm_waiting(ns, fault, now, cfg) or (brakes.get(fault) if fault is not None else None)
     if (warm and fault is not None and ns.above_since is not None and now - ns.above_since >= cfg.sustain_for(fault)
             and not retried and waiting is None):       # 3. predicted failure, sustained in telemetry time
         action, follow_up = _hard(cfg, fault)

@@ -1,0 +1,135 @@
+"""The fleet's false-action budget: predictions that do not come true brake their fault class.
+
+A fleet tells gpuops, without anyone simulating it, whether its predictions come true. A node
+held on a prediction either meets its failure while held — an acting rule fires, and the
+prediction was right (*confirmed*) — or is resumed healthy after ``min_hold_s`` and
+``resume_after_s`` with no such rule (*unconfirmed*). :func:`remediation.policy.decide` records
+each outcome here, per predicted fault class, and the fleet's exposure in node-days (scored
+nodes × telemetry time between ticks, a gap counted at most :data:`MAX_GAP_S`).
+
+A class is *braked* while, over the last ``false_budget_window_s``, its unconfirmed count *k*
+is at least ``false_budget_min_events`` and the one-sided ``false_budget_confidence`` Poisson
+lower bound on *k* is above ``false_budget_per_1k_node_days`` × exposure / 1,000: the fleet has
+shown, beyond chance, that this class's predictions drain healthy nodes more often than the
+budget allows. Its predictions then alert instead of acting, and say why; rules on certain
+evidence are never braked. The brake lifts by itself as the outcomes age out of the window or
+the exposure grows past them. It only ever takes action away (research/robust-detection.md §4).
+
+Pure, like the policy: the state is a frozen value, time is telemetry time. The memory starts
+afresh when the policy state does (a restart or failover, as the fleet calibration's).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from collector.schema import FaultClass
+
+from .config import PolicyConfig
+
+#: a gap between ticks longer than this counts only this long towards the exposure, s (a service
+#: that was down, or a recording's hole, did not watch the fleet)
+MAX_GAP_S = 600.0
+#: exposure is kept in buckets this long, s (a week's window is 168 of them)
+BUCKET_S = 3600.0
+_SECONDS_PER_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class HoldOutcome:
+    """How one hold taken on a prediction ended: its failure came (confirmed) or it did not."""
+
+    ts: float            # telemetry time the outcome was known (the resume or the rule)
+    node: str
+    fault: FaultClass
+    confirmed: bool
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """The outcomes and the exposure of the last window (see the module docstring)."""
+
+    outcomes: tuple[HoldOutcome, ...] = ()
+    #: (bucket start, node-seconds scored in it), oldest first
+    exposure: tuple[tuple[float, float], ...] = ()
+    last_tick: float | None = None
+
+    def node_days(self, now: float, window_s: float) -> float:
+        """The fleet's exposure over the window ending at *now*, node-days."""
+        return sum(v for b, v in self.exposure if b + BUCKET_S > now - window_s) / _SECONDS_PER_DAY
+
+
+def observe(state: BudgetState, n_nodes: int, now: float, cfg: PolicyConfig) -> BudgetState:
+    """*state* after a tick that scored *n_nodes* nodes at *now*."""
+    last = state.last_tick
+    if last is not None and now < last:
+        return state                      # a tick from the past adds nothing and moves no clock
+    dt = 0.0 if last is None else min(now - last, MAX_GAP_S)
+    bucket = math.floor(now / BUCKET_S) * BUCKET_S
+    exposure = state.exposure
+    add = dt * n_nodes
+    if exposure and exposure[-1][0] == bucket:
+        exposure = exposure[:-1] + ((bucket, exposure[-1][1] + add),)
+    else:
+        horizon = now - cfg.false_budget_window_s - BUCKET_S
+        exposure = tuple(e for e in exposure if e[0] > horizon) + ((bucket, add),)
+    outcomes = state.outcomes
+    if outcomes and now - outcomes[0].ts > cfg.false_budget_window_s:
+        outcomes = tuple(o for o in outcomes if now - o.ts <= cfg.false_budget_window_s)
+    return BudgetState(outcomes, exposure, now)
+
+
+def record(state: BudgetState, outcome: HoldOutcome) -> BudgetState:
+    return BudgetState(state.outcomes + (outcome,), state.exposure, state.last_tick)
+
+
+@lru_cache(maxsize=256)
+def lower_bound(k: int, confidence: float) -> float:
+    """The one-sided *confidence* lower bound on a Poisson mean from *k* events (0 for k = 0)."""
+    if k <= 0:
+        return 0.0
+    from scipy.special import gammaincinv   # P(X >= k | mu) = P(Gamma(k) <= mu)
+
+    return float(gammaincinv(k, 1.0 - confidence))
+
+
+def braked(state: BudgetState, now: float, cfg: PolicyConfig) -> dict[FaultClass, str]:
+    """The braked fault classes at *now*, each with the reason its predictions only alert."""
+    if cfg.false_budget_per_1k_node_days <= 0 or not state.outcomes:
+        return {}
+    window = cfg.false_budget_window_s
+    counts: dict[FaultClass, list[int]] = {}
+    for o in state.outcomes:
+        if now - o.ts <= window:
+            c = counts.setdefault(o.fault, [0, 0])
+            c[o.confirmed] += 1
+    out: dict[FaultClass, str] = {}
+    node_days = None
+    for fault, (unconfirmed, confirmed) in counts.items():
+        if unconfirmed < cfg.false_budget_min_events:
+            continue
+        if node_days is None:
+            node_days = state.node_days(now, window)
+        allowed = cfg.false_budget_per_1k_node_days * node_days / 1000.0
+        if lower_bound(unconfirmed, cfg.false_budget_confidence) > allowed:
+            out[fault] = (f"braked: {unconfirmed} of this fleet's {fault.value} prediction holds in the last "
+                          f"{window / 86400:.3g} d ended healthy ({confirmed} came true) over {node_days:.0f} "
+                          f"node-days, beyond its budget of {cfg.false_budget_per_1k_node_days:g} per 1,000 "
+                          f"node-days: its predictions alert until that passes")
+    return out
+
+
+def status(state: BudgetState, now: float, cfg: PolicyConfig) -> dict[str, object]:
+    """The budget as the API shows it: per class, unconfirmed and confirmed outcomes in the window,
+    the exposure, and which classes are braked (JSON-able)."""
+    window = cfg.false_budget_window_s
+    classes: dict[str, dict[str, int]] = {}
+    for o in state.outcomes:
+        if now - o.ts <= window:
+            c = classes.setdefault(o.fault.value, {"unconfirmed": 0, "confirmed": 0})
+            c["confirmed" if o.confirmed else "unconfirmed"] += 1
+    return {"per_1k_node_days": cfg.false_budget_per_1k_node_days, "window_s": window,
+            "node_days": round(state.node_days(now, window), 2), "outcomes": classes,
+            "braked": {f.value: why for f, why in braked(state, now, cfg).items()}}
