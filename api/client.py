@@ -100,6 +100,10 @@ class GpuopsClient:
     def cancel(self, action_id: str, note: str = "") -> dict[str, Any]:
         return self._call("POST", f"/v1/actions/{_seg(action_id)}/cancel", json={"note": note})
 
+    def verdict(self, action_id: str, verdict: str, note: str = "") -> dict[str, Any]:
+        """A person's verdict on a prediction hold: ``healthy`` (it was false) or ``faulty`` (it came true)."""
+        return self._call("POST", f"/v1/actions/{_seg(action_id)}/verdict", json={"verdict": verdict, "note": note})
+
     # ---- silences -----------------------------------------------------------------------------
 
     def create_silence(self, reason: str, *, nodes: Iterable[str] = (), selector: dict[str, str] | None = None,

@@ -82,6 +82,23 @@ class _Live(Collector):
                 for (action, fault), n in sorted(by.items()):
                     shadow.add_metric([policy, action, fault], n)
             yield shadow
+        if hasattr(eng, "budget_status"):               # in memory: answers with the store down
+            b = eng.budget_status()
+            holds = GaugeMetricFamily("gpuops_budget_prediction_holds", "Holds gpuops took on a prediction that "
+                                      "ended in the false-action budget's window, by fault class and outcome "
+                                      "(unconfirmed: resumed healthy or a person's verdict healthy).",
+                                      labels=["fault", "outcome"])
+            braked = GaugeMetricFamily("gpuops_budget_braked", "1 while a fault class's predictions only alert "
+                                       "because they ended healthy beyond the false-action budget.", labels=["fault"])
+            for f, c in sorted(b["outcomes"].items()):
+                for outcome in ("unconfirmed", "confirmed"):
+                    holds.add_metric([f, outcome], c[outcome])
+                braked.add_metric([f], 1.0 if f in b["braked"] else 0.0)
+            yield holds
+            yield braked
+            yield GaugeMetricFamily("gpuops_budget_exposure_node_seconds", "The fleet's exposure in the "
+                                    "false-action budget's window, node-seconds scored (its rate is per 1,000 "
+                                    "node-days of it).", value=float(b["node_days"]) * 86400.0)
         try:
             br, armed, paused = eng.breaker, eng.armed, eng.paused
         except Exception:                      # the store is down: the scrape still answers

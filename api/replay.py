@@ -44,6 +44,7 @@ from remediation.actions import ActionRecord
 from remediation.adapters.dryrun import DryRunAdapter
 from remediation.engine import Engine
 from remediation.policy import Decision, PolicyState, decide
+from remediation.budget import report as budget_report
 from remediation.safety import SafetyConfig
 from remediation.store import ActionStore
 
@@ -84,6 +85,8 @@ class PolicyRun:
     decisions: list[Decision] = field(default_factory=list)
     #: decisions a maintenance window kept from acting
     suppressed: list[Suppressed] = field(default_factory=list)
+    #: its false-action budget at the end (:func:`remediation.budget.report`)
+    budget: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -102,6 +105,8 @@ class ReplayResult:
     operator_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: other policies decided on the same scores, by name (``gpuops replay --compare-policy``)
     alternatives: dict[str, PolicyRun] = field(default_factory=dict)
+    #: the model policy's false-action budget at the end (:func:`remediation.budget.report`)
+    budget: dict[str, Any] = field(default_factory=dict)
 
 
 class TelemetryClock:
@@ -190,6 +195,10 @@ class Replayer:
                 if progress:
                     progress(min(1.0, (batch.ts - m.start) / max(m.end - m.start, 1.0)))
         self._decide(pending, states, result)
+        final = self.engine[0].state if self.engine is not None else states[0]
+        result.budget = budget_report(final.budget, self.policy)
+        for run, st in zip(result.alternatives.values(), states[2:]):
+            run.budget = budget_report(st.budget, run.policy)
         if progress:
             progress(1.0)
         seconds = time.perf_counter() - t0
@@ -302,6 +311,7 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
                               "model": bundle_info, "policy": policy.model_dump(mode="json"),
                               "summary": result.stats}
     report["operator_events"] = result.operator_events
+    report["false_budget"] = result.budget
     report["suppressed"] = {"model": [s.to_dict() for s in result.suppressed],
                             "rules_baseline": [s.to_dict() for s in result.baseline_suppressed]}
     incidents = rec.incidents()
@@ -316,7 +326,7 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
     for name, run in result.alternatives.items():
         alt: dict[str, Any] = {"policy": run.policy.model_dump(mode="json"),
                                "decisions": [d.to_dict() for d in run.decisions],
-                               "suppressed": [s.to_dict() for s in run.suppressed]}
+                               "suppressed": [s.to_dict() for s in run.suppressed], "false_budget": run.budget}
         if incidents is not None:
             alt["metrics"] = score_replay(alt["decisions"], incidents, **kw)
             alt["against_policy"] = compare(alt["metrics"], report["metrics"]["model"], names=("alternative", "policy"))

@@ -89,6 +89,15 @@ class Note(_In):
     note: str = Field("", max_length=1000)
 
 
+class VerdictIn(_In):
+    """What a person found on a node gpuops took out on a prediction."""
+
+    verdict: Literal["healthy", "faulty"] = Field(
+        ..., description="healthy: the prediction was false (diagnostics clean); faulty: it came true. Counts "
+        "against the fleet's false-action budget (docs/engine.md).")
+    note: str = Field("", max_length=1000, description="What was found (recorded with the verdict).")
+
+
 class RequiredNote(_In):
     """A note that must say why (closing the breaker)."""
 
@@ -164,6 +173,8 @@ class ActionPublic(BaseModel):
     blocked_by: str | None = None
     #: gpuops already held the node: the same incident going further, not a new take-out
     escalates: bool = False
+    #: a person's verdict on a prediction hold: healthy (it was false) or faulty (it came true)
+    verdict: str | None = None
 
     @classmethod
     def of(cls, rec: ActionRecord) -> "ActionPublic":
@@ -235,6 +246,10 @@ class EngineStatus(BaseModel):
     leader: bool
     acting: bool
     silences: list[str] = Field([], description="Ids of the silences in force now.")
+    budget: dict[str, Any] = Field(
+        {}, description="The false-action budget: per fault class, the prediction holds that ended healthy "
+        "(unconfirmed) and that came true (confirmed) in its window, the fleet's node-days, and the classes it "
+        "brakes (their predictions only alert), with why.")
 
 
 class Breaker(BaseModel):

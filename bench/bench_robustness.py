@@ -46,6 +46,7 @@ def _one(args: tuple[str, str, str, str | None, str | None, tuple[str, ...]], ob
     for who in ("model", "rules_baseline"):
         out[who] = _summary(rep["metrics"][who])
     out["false_reasons"] = _false_reasons(rep)
+    out["false_budget"] = _budget(rep["false_budget"], rep["decisions"], rep["metrics"]["model"])
     if alternatives:
         out["alternatives"] = {k: _summary(alt["metrics"]) | {"false_reasons": _false_reasons(
             {"decisions": alt["decisions"], "incidents": rep.get("incidents")})} for k, alt in rep["alternatives"].items()}
@@ -66,6 +67,20 @@ def _summary(m: dict) -> dict:
                      for i in m.get("per_incident") or [] if i["fault"] != "app_error"
                      and (not i["caught"] or (i["predictable"] and (i["lead_s"] or 0) < 60))]
     return out
+
+
+def _budget(budget: dict, decisions: list[dict], metrics: dict) -> dict:
+    """The false-action budget's view of a replay against the truth: per class, the prediction holds that
+    ended healthy (unconfirmed) or came true (confirmed), each split by whether the hold was a false action
+    by the spec's rules; the classes braked at the end; the predictions that alerted because of a brake."""
+    false = {(decisions[i]["node"], decisions[i]["ts"]) for i in metrics.get("false_decisions", ())}
+    per: dict[str, dict[str, int]] = {}
+    for ts, node, fault, confirmed, since, by in budget.get("holds", ()):
+        key = ("confirmed" if confirmed else "unconfirmed") + ("_false" if (node, since) in false else "_true")
+        c = per.setdefault(fault, {})
+        c[key] = c.get(key, 0) + 1
+    braked_alerts = sum(1 for d in decisions if d.get("action") == "alert" and "braked:" in (d.get("reason") or ""))
+    return {"per_class": per, "braked_at_end": sorted(budget.get("braked", {})), "braked_alerts": braked_alerts}
 
 
 def _false_reasons(rep: dict) -> list[str]:
@@ -162,6 +177,29 @@ def by_class(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def budget_table(rows: list[dict]) -> str:
+    """The false-action budget per group: prediction holds by outcome, against the truth (a hold that ended
+    healthy although its failure was real counts against the budget by mistake), and what it braked."""
+    groups: dict[str, dict[str, int]] = {}
+    braked: dict[str, list[str]] = {}
+    for r in rows:
+        fb = r.get("false_budget") or {}
+        g = groups.setdefault(r["group"], {})
+        for c in (fb.get("per_class") or {}).values():
+            for k, n in c.items():
+                g[k] = g.get(k, 0) + n
+        g["braked_alerts"] = g.get("braked_alerts", 0) + fb.get("braked_alerts", 0)
+        if fb.get("braked_at_end"):
+            braked.setdefault(r["group"], []).append(f"{r['name']}: {', '.join(fb['braked_at_end'])}")
+    out = ["| group | holds ended healthy (false / true failure) | holds came true (false / true failure) | "
+           "predictions braked to alerts | braked at the end |", "|---|---|---|---|---|"]
+    for grp, g in groups.items():
+        out.append(f"| {grp} | {g.get('unconfirmed_false', 0)} / {g.get('unconfirmed_true', 0)} | "
+                   f"{g.get('confirmed_false', 0)} / {g.get('confirmed_true', 0)} | {g['braked_alerts']} | "
+                   f"{'; '.join(braked.get(grp, [])) or '-'} |")
+    return "\n".join(out)
+
+
 def alternatives_table(rows: list[dict]) -> str:
     """Each --compare-policy beside --policy, per group: caught, caught ahead, false drains+resets."""
     names = list(rows[0].get("alternatives", {})) if rows else []
@@ -215,7 +253,7 @@ def main() -> None:
     jobs += [("validation", p.name, str(p), model, policy, cmp) for p in a.validation]
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         rows = list(ex.map(_one, jobs))
-    text = table(rows) + "\n\n" + pooled(rows) + "\n\n" + by_class(rows)
+    text = table(rows) + "\n\n" + pooled(rows) + "\n\n" + by_class(rows) + "\n\n" + budget_table(rows)
     if cmp:
         text += "\n\n" + alternatives_table(rows)
     print(text)

@@ -150,6 +150,9 @@ class ActionRecord:
     #: gpuops already held the node when it took this action (the same incident going further, not a
     #: new take-out: the lemon limit does not count it)
     escalates: bool = False
+    #: a person's verdict on a hold taken on a prediction: "healthy" (it was false) or "faulty" (it came
+    #: true); it counts against the fleet's false-action budget (remediation/budget.py)
+    verdict: str | None = None
 
     def moved(self, to: ActionState, now: float, **changes: Any) -> "ActionRecord":
         """This record in state *to* (checked against :data:`TRANSITIONS`)."""
@@ -163,7 +166,7 @@ class ActionRecord:
                 "fault": self.fault, "grade": self.grade, "source": self.source, "score": self.score,
                 "evidence": self.evidence, "dry_run": self.dry_run, "adapter": self.adapter,
                 "attempts": self.attempts, "error": self.error, "result": self.result,
-                "blocked_by": self.blocked_by, "escalates": self.escalates}
+                "blocked_by": self.blocked_by, "escalates": self.escalates, "verdict": self.verdict}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ActionRecord":

@@ -37,14 +37,30 @@ BUCKET_S = 3600.0
 _SECONDS_PER_DAY = 86400.0
 
 
+#: a person's verdict on a prediction hold (``POST /v1/actions/{id}/verdict``) -> confirmed
+VERDICTS = {"healthy": False, "faulty": True}
+#: who judged an outcome the policy saw for itself (a person's verdict names the person)
+POLICY = "policy"
+
+
 @dataclass(frozen=True)
 class HoldOutcome:
     """How one hold taken on a prediction ended: its failure came (confirmed) or it did not."""
 
-    ts: float            # telemetry time the outcome was known (the resume or the rule)
+    ts: float            # telemetry time the outcome was known (the resume, the rule, the verdict)
     node: str
     fault: FaultClass
     confirmed: bool
+    since: float = 0.0   # the hold's own time (its decision's ts, its record's incident_ts): which hold
+    by: str = POLICY     # the policy (a resume, a rule) or the person whose verdict it is
+
+    def to_json(self) -> list[object]:
+        return [self.ts, self.node, self.fault.value, self.confirmed, self.since, self.by]
+
+    @classmethod
+    def from_json(cls, v: list[object]) -> "HoldOutcome":
+        ts, node, fault, confirmed, since, by = v
+        return cls(float(ts), str(node), FaultClass(fault), bool(confirmed), float(since), str(by))
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,24 @@ class BudgetState:
     #: (bucket start, node-seconds scored in it), oldest first
     exposure: tuple[tuple[float, float], ...] = ()
     last_tick: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The state as the engine keeps it in the store across restarts (``false_budget``)."""
+        return {"outcomes": [o.to_json() for o in self.outcomes], "exposure": [list(e) for e in self.exposure],
+                "last_tick": self.last_tick}
+
+    @classmethod
+    def from_json(cls, v: dict[str, object] | None) -> "BudgetState":
+        """A stored state; ``None`` or one that does not read (another version's) is an empty state."""
+        if not v:
+            return cls()
+        try:
+            last = v.get("last_tick")
+            return cls(tuple(HoldOutcome.from_json(o) for o in v.get("outcomes", ())),  # type: ignore[union-attr]
+                       tuple((float(b), float(x)) for b, x in v.get("exposure", ())),  # type: ignore[union-attr]
+                       None if last is None else float(last))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return cls()
 
     def node_days(self, now: float, window_s: float) -> float:
         """The fleet's exposure over the window ending at *now*, node-days."""
@@ -82,6 +116,15 @@ def observe(state: BudgetState, n_nodes: int, now: float, cfg: PolicyConfig) -> 
 
 
 def record(state: BudgetState, outcome: HoldOutcome) -> BudgetState:
+    """*state* with *outcome*. One outcome per hold (node, since): a person's verdict replaces what the
+    policy saw, and the policy's never replaces a person's (a hold a person called faulty and gpuops
+    later resumed healthy stays faulty)."""
+    for i, o in enumerate(state.outcomes):
+        if o.node == outcome.node and o.since == outcome.since:
+            if outcome.by == POLICY and o.by != POLICY or o == outcome:
+                return state
+            rest = state.outcomes[:i] + state.outcomes[i + 1:]
+            return BudgetState(rest + (outcome,), state.exposure, state.last_tick)
     return BudgetState(state.outcomes + (outcome,), state.exposure, state.last_tick)
 
 
@@ -119,6 +162,13 @@ def braked(state: BudgetState, now: float, cfg: PolicyConfig) -> dict[FaultClass
                           f"node-days, beyond its budget of {cfg.false_budget_per_1k_node_days:g} per 1,000 "
                           f"node-days: its predictions alert until that passes")
     return out
+
+
+def report(state: BudgetState, cfg: PolicyConfig) -> dict[str, object]:
+    """A replay's budget at its end: :func:`status` at the last tick, and every hold outcome
+    (``[ts, node, fault, confirmed, since, by]``: ``since`` is the hold's decision time)."""
+    now = state.last_tick if state.last_tick is not None else 0.0
+    return {**status(state, now, cfg), "holds": [o.to_json() for o in state.outcomes]}
 
 
 def status(state: BudgetState, now: float, cfg: PolicyConfig) -> dict[str, object]:

@@ -25,8 +25,9 @@ This module is the tick's core — decide, gate, persist — and the state every
 life sits beside it, each module taking the engine and using that bookkeeping:
 :mod:`~remediation.execution` (carry out, retry, verify, follow up, expire),
 :mod:`~remediation.resets` (GPU resets through the node agent), :mod:`~remediation.people`
-(an operator's request, approve, reject, cancel), :mod:`~remediation.recovery` (after a
-restart), :mod:`~remediation.recent` (what the safety limits count) and
+(an operator's request, approve, reject, cancel, a verdict), :mod:`~remediation.recovery` (after a
+restart), :mod:`~remediation.budget_keeper` (the false-action budget kept in the store, people's
+verdicts read back), :mod:`~remediation.recent` (what the safety limits count) and
 :mod:`~remediation.cluster_view` (the scheduler's nodes). Callers use :class:`Engine` alone.
 """
 
@@ -46,6 +47,7 @@ from . import execution, people, recovery, resets
 from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id
 from .adapters.base import Adapter, AdapterError, NodeStatus
 from .adapters.dryrun import DryRunAdapter
+from .budget_keeper import BudgetKeeper
 from .cluster_view import ClusterView
 from .config import PolicyConfig
 from .facility import FacilityEvent, FacilityTracker, NodeGroups, Onset
@@ -106,6 +108,8 @@ class Engine:
         self.last_decisions: list[Decision] = []
         #: other policies decided on every tick and only recorded (:mod:`remediation.shadow`); None: none
         self.shadow = shadow
+        #: the fleet's false-action budget kept in the store, and people's verdicts read back into it
+        self.budget = BudgetKeeper()
         #: correlated onsets (a rack's power brake): one alert for the group, members not drained
         self.facility = FacilityTracker(window_s=self.safety.facility_window_s,
                                         min_nodes=self.safety.facility_min_nodes,
@@ -202,6 +206,7 @@ class Engine:
         with self._lock:
             self._fleet_size = max(self._fleet_size, len(scores))
             decisions, self.state = decide(scores, self.state, scores.ts, self.policy, explain)
+            self.budget.keep(self)
             self._hold_silenced(self.silences.active(self.clock()))
             self.last_decisions = decisions
             evidence = self._evidence(scores, decisions)
@@ -211,6 +216,20 @@ class Engine:
         if self.shadow is not None:   # touches no engine state: the API need not wait for it
             self.shadow.tick(scores, explain, decisions)
         return recs
+
+    # ---- the fleet's false-action budget (remediation/budget_keeper.py) ------------------------
+
+    def budget_status(self) -> dict[str, Any]:
+        """The false-action budget: outcomes per class in its window, the exposure, what it brakes."""
+        return self.budget.status(self)
+
+    def verdict(self, aid: str, verdict: str, actor: str, note: str = "") -> ActionRecord:
+        """A person's verdict on a prediction hold (:func:`people.verdict`)."""
+        return people.verdict(self, aid, verdict, actor, note)
+
+    def sync_verdicts(self, every_s: float = 60.0) -> int:
+        """People's verdicts given on any replica since the last read (:meth:`BudgetKeeper.sync`)."""
+        return self.budget.sync(self, every_s)
 
     def _evidence(self, s: NodeScores, decisions: list[Decision]) -> dict[str, dict[str, Any]]:
         if not decisions:
@@ -461,4 +480,5 @@ class Engine:
                 "adapter": self.adapter.name, "held": sorted(self.holds), "counts": dict(self.counts),
                 "silences": [s.id for s in self.silences.active(self.clock())],
                 "facility_events": [ev.summary() for ev in self.facility.events.values()],
+                "budget": self.budget_status(),
                 "safety": self.safety.model_dump(mode="json")}

@@ -102,6 +102,7 @@ def maintain(engine: Engine) -> None:
     if not engine.acting:
         return
     with engine._lock:
+        engine.sync_verdicts()   # people's verdicts given on any replica count towards the budget
         now = engine.clock()
         ttl = engine.safety.proposal_ttl_s
         # proposals wait for a person: only the expired ones need this pass

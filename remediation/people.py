@@ -1,4 +1,4 @@
-"""People's operations on actions: an operator's request, approve, reject and cancel.
+"""People's operations on actions: an operator's request, approve, reject, cancel, and a verdict.
 
 The engine's tick acts on the policy's decisions through the safety gate; what a person
 does comes in from the API or the CLI with an actor and a note, and is checked
@@ -16,8 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataclasses import replace
+
+from collector.schema import Grade
+
 from . import execution
 from .actions import ActionKind, ActionRecord, ActionState, action_id
+from .budget import VERDICTS
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -96,6 +101,31 @@ def close(engine: Engine, aid: str, to: ActionState, actor: str, note: str) -> A
         rec = engine._move(_get(engine, aid), to, actor, note or to.value)
         engine._unhold(rec.node, rec.id)
         return rec
+
+
+def verdict(engine: Engine, aid: str, verdict: str, actor: str, note: str) -> ActionRecord:
+    """What a person found on a node gpuops took out on a prediction: ``healthy`` (the prediction was
+    false) or ``faulty`` (it came true). Recorded on the action (audited) and counted towards the fleet's
+    false-action budget at once, in place of what the policy would see for itself later (a healthy
+    resume, a rule). Refused (ValueError) for anything but a hold taken on a prediction."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {', '.join(VERDICTS)} (got {verdict!r})")
+    with engine._lock:
+        rec = _get(engine, aid)
+        if rec.source != "model" or not rec.kind.holds_node or rec.grade not in _PREDICTION_GRADES:
+            raise ValueError(f"{aid} is a {rec.source or 'person'}'s {rec.kind.value}: verdicts are given on holds "
+                             "gpuops took on a prediction (they count against its false-action budget; rules "
+                             "follow the XID catalogue and the operators' own thresholds)")
+        if rec.state in (ActionState.PROPOSED, ActionState.REJECTED, ActionState.CANCELLED):
+            raise ValueError(f"{aid} is {rec.state.value}: it never took {rec.node} out")
+        if rec.verdict != verdict:
+            rec = engine.store.update(replace(rec, verdict=verdict, updated_at=engine.clock()), expect=rec.state,
+                                      actor=actor, note=f"verdict: {verdict}" + (f" ({note})" if note else ""))
+        engine.budget.apply(engine, [rec])
+        return rec
+
+
+_PREDICTION_GRADES = (Grade.PREDICTED.value, Grade.CORROBORATED.value)
 
 
 def _get(engine: Engine, aid: str) -> ActionRecord:

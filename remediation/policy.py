@@ -259,9 +259,9 @@ def _hold_outcome(name: str, before: NodeState, decisions: list[Decision], now: 
         return None
     for d in decisions:
         if d.action is Action.RESUME:
-            return HoldOutcome(now, name, before.held_fault, confirmed=False)
+            return HoldOutcome(now, name, before.held_fault, False, before.held_since)
         if d.source == "rule":
-            return HoldOutcome(now, name, before.held_fault, confirmed=True)
+            return HoldOutcome(now, name, before.held_fault, True, before.held_since)
     return None
 
 

@@ -42,6 +42,7 @@ def start(engine: Engine) -> None:
         engine.holds = holds_of(recs)
         reconcile(engine)
         engine.state = rebuild_state(engine)
+        engine.sync_verdicts(0.0)       # people's verdicts of the budget's window, given on any replica
         if engine._adapter(engine.armed) is not engine.adapter:
             try:                         # disarmed: the real scheduler's view (groups, maintenance) all the same
                 engine.refresh_view()
@@ -84,7 +85,7 @@ def rebuild_state(engine: Engine) -> PolicyState:
             # held, so that the policy's verification decides when it goes back
             log.warning("%s: drained by gpuops (%r) without a record here: held until verified", st.name, st.reason)
             nodes[st.name] = NodeState(held_since=now, held_grade=Grade.CERTAIN)
-    return PolicyState(nodes=nodes)
+    return PolicyState(nodes=nodes, budget=engine.budget.restore(engine))
 
 
 def reconcile(engine: Engine) -> int:

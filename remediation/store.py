@@ -338,6 +338,13 @@ class ActionStore:
         with self._tx(write=False) as conn:
             return [_row_record(r) for r in conn.execute(stmt)]
 
+    def with_verdicts(self, since: float) -> list[ActionRecord]:
+        """Records a person gave a verdict (``verdict`` set), updated at or after *since* (s since the
+        epoch, ``updated_at``), oldest update first."""
+        stmt = sa.select(actions).where(actions.c.verdict.is_not(None), actions.c.updated_at >= since)
+        with self._tx(write=False) as conn:
+            return [_row_record(r) for r in conn.execute(stmt.order_by(actions.c.updated_at, actions.c.id))]
+
     def open_actions(self, node: str | None = None) -> list[ActionRecord]:
         """Every record not yet in a terminal state or verified, newest first."""
         stmt = sa.select(actions).where(*self._filters(node=node, states=OPEN_STATES))
@@ -410,8 +417,9 @@ class ActionStore:
             raw = conn.execute(sa.select(settings.c.value).where(settings.c.key == key)).scalar()
         return default if raw is None else json.loads(raw)
 
-    def set_setting(self, key: str, value: Any, actor: str, note: str = "") -> None:
-        """Store *value* (JSON-able) under *key*, with an audit event naming *actor*."""
+    def set_setting(self, key: str, value: Any, actor: str, note: str = "", *, audit: bool = True) -> None:
+        """Store *value* (JSON-able) under *key*, with an audit event naming *actor* (``audit=False``:
+        none, for the engine's own checkpoints; a change a person should see is audited)."""
         try:
             raw = json.dumps(value, sort_keys=True)
         except (TypeError, ValueError) as e:
@@ -421,7 +429,8 @@ class ActionStore:
             stmt = self._insert(settings).values(key=key, value=raw, updated_at=now, actor=actor)
             conn.execute(stmt.on_conflict_do_update(
                 index_elements=["key"], set_={"value": raw, "updated_at": now, "actor": actor}))
-            conn.execute(settings_events.insert().values(key=key, at=now, value=raw, actor=actor, note=note))
+            if audit:
+                conn.execute(settings_events.insert().values(key=key, at=now, value=raw, actor=actor, note=note))
 
     def setting_history(self, key: str) -> list[dict[str, Any]]:
         """Every change of *key*, oldest first: ``{at, value, actor, note}``."""

@@ -34,6 +34,7 @@ actions = sa.Table(
     sa.Column("result", sa.Text, nullable=False),
     sa.Column("blocked_by", sa.Text, nullable=True),
     sa.Column("escalates", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("verdict", sa.String(16), nullable=True),
 )
 action_events = sa.Table(
     "action_events", _md,

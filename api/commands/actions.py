@@ -1,5 +1,6 @@
 """People's actions through the API: ``gpuops drain|resume|requeue|reset|reboot NODE``, ``gpuops
-actions``, and ``gpuops approve|reject|cancel ID``. Requests are dry runs unless ``--no-dry-run``."""
+actions``, ``gpuops approve|reject|cancel ID`` and ``gpuops verdict ID healthy|faulty``. Requests are dry
+runs unless ``--no-dry-run``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def register(app: typer.Typer) -> None:
     app.command("actions")(actions)
     for verb in ("approve", "reject", "cancel"):
         app.command(verb)(_decide(verb))
+    app.command("verdict")(verdict)
 
 
 def _send(kind: str, name: str, reason: str, gpu: Optional[int], dry_run: bool, force: bool, url: str,
@@ -98,3 +100,19 @@ def _decide(verb: str) -> Callable[..., None]:
                       "reject": "Reject a proposed action.",
                       "cancel": "Cancel an action that has not started."}[verb]
     return decide
+
+
+def verdict(action_id: str = typer.Argument(..., help="The action's id (a drain or reset gpuops took on a prediction)."),
+            found: str = typer.Argument(..., metavar="healthy|faulty",
+                                        help="healthy: the prediction was false; faulty: it came true."),
+            note: str = NoteOpt, url: str = UrlOpt, token: Optional[str] = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """Say what you found on a node gpuops took out on a prediction. It counts towards the fleet's
+    false-action budget: a fault class whose predictions keep ending healthy only alerts until that passes."""
+    from api.commands.remote import api, show_action
+
+    if found not in ("healthy", "faulty"):
+        raise typer.BadParameter(f"{found!r}: say healthy (the prediction was false) or faulty (it came true)",
+                                 param_hint="healthy|faulty")
+    with api(url, token) as c:
+        rec = c.verdict(action_id, found, note)
+    show_action(rec, as_json)

@@ -62,8 +62,28 @@ def engine(verb: Verb = typer.Argument(Verb.status, help="What to do (arm, disar
               f"{'leader' if st.get('leader') else 'standby'}")
     out.print("breaker: " + (f"[red]OPEN[/red] ({escape(str(br.get('why', '')))})" if br.get("open") else "closed"))
     out.print(f"held nodes ({len(st['held'])}): {escape(', '.join(st['held'])) or '-'}")
+    out.print(budget_line(st.get("budget")))
     if st.get("counts"):
         out.print("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(st["counts"].items())))
+
+
+def budget_line(b: dict | None) -> str:
+    """The false-action budget in a line or a few: prediction holds per class that ended healthy (and
+    that came true) in its window, over the fleet's node-days, and the classes it brakes."""
+    from rich.markup import escape
+
+    if not b:
+        return "false-action budget: off"
+    if not b.get("per_1k_node_days"):
+        return "false-action budget: off (false_budget_per_1k_node_days 0)"
+    head = (f"false-action budget: {b['per_1k_node_days']:g} per 1,000 node-days per class, "
+            f"{b['node_days']:.0f} node-days in the last {b['window_s'] / 86400:.3g} d")
+    per = ", ".join(f"{f} {c['unconfirmed']} ended healthy / {c['confirmed']} came true"
+                    for f, c in sorted(b.get("outcomes", {}).items()))
+    lines = [head + (f"; prediction holds: {escape(per)}" if per else "; no prediction hold has ended")]
+    for f, why in sorted(b.get("braked", {}).items()):
+        lines.append(f"  [red]BRAKED[/red] {escape(f)}: {escape(why)}")
+    return "\n".join(lines)
 
 
 def print_shadow(sh: dict) -> None:

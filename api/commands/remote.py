@@ -74,7 +74,8 @@ def action_table(actions: list[dict[str, Any]], title: str = "actions") -> Any:
         kind = a["kind"] + (" (escalation)" if a.get("escalates") else "")
         t.add_row(a["id"], a["node"], kind, _state(a["state"]), "" if a.get("gpu") is None else str(a["gpu"]),
                   "yes" if a.get("dry_run") else "NO", a["actor"], when(a.get("created_at")),
-                  _esc(a.get("reason", "") + (f" [blocked: {a['blocked_by']}]" if a.get("blocked_by") else "")))
+                  _esc(a.get("reason", "") + (f" [blocked: {a['blocked_by']}]" if a.get("blocked_by") else "")
+                       + (f" [verdict: {a['verdict']}]" if a.get("verdict") else "")))
     return t
 
 

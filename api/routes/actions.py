@@ -1,4 +1,5 @@
-"""``/v1/actions``: list and filter, create a person's action (202, poll it), approve, reject, cancel."""
+"""``/v1/actions``: list and filter, create a person's action (202, poll it), approve, reject, cancel, and
+a person's verdict on a hold gpuops took on a prediction."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter, Body, Path, Query, Response, status
 from api.deps import Ctx, Operator, Viewer
 from api.errors import ApiError
 from api.routes import AUTH_ERRORS, CONFLICT, NOT_FOUND, UNAVAILABLE
-from api.schemas import ActionCreate, ActionDetail, ActionList, ActionPublic, Note
+from api.schemas import ActionCreate, ActionDetail, ActionList, ActionPublic, Note, VerdictIn
 from remediation.actions import ActionKind, ActionState
 
 router = APIRouter(prefix="/v1/actions", tags=["actions"], responses=AUTH_ERRORS | UNAVAILABLE)
@@ -79,3 +80,12 @@ def _decide(verb: str) -> Callable[..., ActionPublic]:
 
 for _verb in ("approve", "reject", "cancel"):
     router.post(f"/{{action_id}}/{_verb}", response_model=ActionPublic, responses=NOT_FOUND | CONFLICT)(_decide(_verb))
+
+
+@router.post("/{action_id}/verdict", response_model=ActionPublic, responses=NOT_FOUND | CONFLICT)
+def give_verdict(ctx: Ctx, who: Operator, action_id: ActionId, body: VerdictIn) -> ActionPublic:
+    """What a person found on a node gpuops took out on a prediction: ``healthy`` (the prediction was
+    false) or ``faulty`` (it came true). Recorded on the action and counted towards the fleet's
+    false-action budget; a class whose predictions end healthy beyond the budget only alerts until that
+    passes. 422 for an action that is not a hold taken on a prediction."""
+    return ActionPublic.of(_engine_call(lambda: ctx.engine.verdict(action_id, body.verdict, who.actor, body.note)))

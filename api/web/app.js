@@ -70,7 +70,9 @@ async function engineBar() {
     h("span", { class: "badge " + (e.paused ? "warn" : ""), id: "engine-paused" }, e.paused ? "paused" : "running"),
     h("span", { class: "badge " + (b.open ? "bad" : ""), id: "engine-breaker", title: b.why || "" },
       "breaker " + (b.open ? "OPEN" : "closed")),
-    h("span", { class: "badge" }, `${e.adapter} · ${e.held.length} held`));
+    h("span", { class: "badge" }, `${e.adapter} · ${e.held.length} held`),
+    ...Object.entries((e.budget || {}).braked || {}).map(([fault, why]) =>
+      h("span", { class: "badge warn", id: `engine-braked-${fault}`, title: why }, `${fault} predictions braked`)));
 }
 
 // ---- fleet ---------------------------------------------------------------------------------
@@ -120,7 +122,8 @@ function actionRows(actions, buttons = false) {
   return actions.map((a) => h("tr", { "data-id": a.id, "data-state": a.state },
     h("td", {}, time(a.created_at)), h("td", {}, a.node), h("td", {}, a.kind + (a.gpu != null ? ` gpu ${a.gpu}` : "") + (a.escalates ? " (escalation)" : "")),
     h("td", { class: "state" }, a.state + (a.dry_run ? " (dry run)" : "")),
-    h("td", {}, a.reason, a.blocked_by ? h("div", { class: "muted" }, "held back: " + a.blocked_by) : ""),
+    h("td", {}, a.reason, a.blocked_by ? h("div", { class: "muted" }, "held back: " + a.blocked_by) : "",
+      a.verdict ? h("div", { class: "muted" }, "verdict: " + a.verdict) : ""),
     h("td", {}, a.actor),
     buttons ? h("td", {}, h("button", { class: "approve", type: "button", onclick: () => decide(a, "approve") }, "Approve"),
                 " ", h("button", { class: "reject", type: "button", onclick: () => decide(a, "reject") }, "Reject")) : ""));

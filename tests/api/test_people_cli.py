@@ -105,6 +105,19 @@ def test_approve_reject_and_cancel_act_on_proposals(gpuops, api_ctx):
     assert gpuops("cancel", recs["n00005"].id).exit_code == 2                   # already cancelled: 409
 
 
+def test_verdict_records_what_a_person_found_and_engine_shows_the_budget(gpuops, api_ctx):
+    from tests.api.test_routes import _prediction_drain
+
+    rec = _prediction_drain(api_ctx, "n00004")
+    assert gpuops("verdict", rec.id, "fine").exit_code == 2                    # neither healthy nor faulty
+    r = gpuops("verdict", rec.id, "healthy", "--note", "diag clean")
+    assert r.exit_code == 0, r.output
+    assert "[verdict: healthy]" in r.output
+    r = gpuops("engine", role="viewer")
+    assert "false-action budget: 5 per 1,000 node-days" in r.output and "hbm_ecc 1 ended healthy / 0 came true" \
+        in r.output
+
+
 def test_the_action_table_marks_an_escalation_of_a_held_node():
     from rich.console import Console
 

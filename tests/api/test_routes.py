@@ -20,6 +20,7 @@ ROUTES = [
     ("POST", "/v1/actions/ID/approve", {"note": ""}, "operator"),
     ("POST", "/v1/actions/ID/reject", {"note": ""}, "operator"),
     ("POST", "/v1/actions/ID/cancel", {"note": ""}, "operator"),
+    ("POST", "/v1/actions/ID/verdict", {"verdict": "healthy"}, "operator"),
     ("GET", "/v1/engine", None, "viewer"),
     ("POST", "/v1/engine/arm", {"note": "go"}, "admin"),
     ("POST", "/v1/engine/disarm", {"note": "stop"}, "admin"),
@@ -199,6 +200,36 @@ def test_rejecting_and_cancelling_proposals_record_the_person(client, api_ctx):
     r = client.post(f"/v1/actions/{recs['n00004'].id}/cancel", headers=headers("admin"))
     assert r.json()["state"] == "cancelled"
     assert api_ctx.store.history(recs["n00004"].id)[-1]["actor"] == "operator:admin"
+
+
+def _prediction_drain(api_ctx, node="n00005"):
+    from collector.schema import Action, FaultClass, Grade
+    from remediation.policy import Decision
+
+    api_ctx.clock.t += 60
+    d = Decision(api_ctx.clock.t, node, 2, Action.DRAIN, FaultClass.HBM_ECC, 0.9, "hbm_ecc risk 90%", "model",
+                 Grade.PREDICTED)
+    (rec,) = api_ctx.engine.submit([d])
+    return rec
+
+
+def test_a_verdict_on_a_prediction_hold_is_recorded_and_counted_and_refused_on_anything_else(client, api_ctx):
+    rec = _prediction_drain(api_ctx)
+    r = client.post(f"/v1/actions/{rec.id}/verdict", json={"verdict": "healthy", "note": "dcgmi diag clean"},
+                    headers=headers("operator"))
+    assert r.status_code == 200 and r.json()["verdict"] == "healthy"
+    budget = client.get("/v1/engine", headers=headers("viewer")).json()["budget"]
+    assert budget["outcomes"] == {"hbm_ecc": {"unconfirmed": 1, "confirmed": 0}} and budget["braked"] == {}
+    hist = client.get(f"/v1/actions/{rec.id}", headers=headers("viewer")).json()["history"]
+    assert hist[-1]["actor"] == "operator:operator" and hist[-1]["note"] == "verdict: healthy (dcgmi diag clean)"
+    assert "verdict" in assert_error(client.post(f"/v1/actions/{rec.id}/verdict", json={"verdict": "fine"},
+                                                 headers=headers("operator")), 422)["message"]
+    assert_error(client.post("/v1/actions/feedbeef/verdict", json={"verdict": "faulty"},
+                             headers=headers("operator")), 404)
+    (rule_drain,) = [a for a in api_ctx.store.query(node="n00001") if a.kind.value == "drain"]  # the fixture's XID 79
+    err = assert_error(client.post(f"/v1/actions/{rule_drain.id}/verdict", json={"verdict": "healthy"},
+                                   headers=headers("operator")), 422)
+    assert "holds gpuops took on a prediction" in err["message"]
 
 
 def test_deciding_on_an_unknown_action_is_a_404(client):

@@ -1,0 +1,114 @@
+"""The fleet's false-action budget beside the engine: kept in the store, people's verdicts read back.
+
+The budget itself is the pure policy's (:mod:`remediation.budget`, ``PolicyState.budget``): it sees
+prediction holds end and brakes a class. What only a live service needs sits here:
+
+- **Kept across restarts.** After each tick the budget is written to the store's ``false_budget``
+  setting when it changed: an outcome, a class braked or released (audited, with why, so a person
+  reads the setting's history), or an hour's exposure (a checkpoint, not audited). A restart or the
+  next leader reads it back (:meth:`BudgetKeeper.restore`).
+- **People's verdicts.** A verdict (``POST /v1/actions/{id}/verdict``, :func:`remediation.people.verdict`)
+  is stored on its action, on whichever replica took the call; the leader reads verdicts back at most
+  once a minute (:meth:`BudgetKeeper.sync`, from :func:`remediation.execution.maintain`) and at start,
+  and counts each as its hold's outcome in place of what the policy would see later. A verdict counts
+  from its hold's time (the record's ``incident_ts``), so reading it again changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Iterable
+
+from collector.schema import FaultClass
+
+from . import budget
+from .actions import ENGINE_ACTOR, ActionRecord
+from .budget import BudgetState
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+#: the store setting the budget is kept under
+SETTING = "false_budget"
+#: verdicts are read back from a little before the last read: replicas' clocks stamp ``updated_at``
+VERDICT_SKEW_S = 300.0
+
+
+class BudgetKeeper:
+    """See the module docstring. Called under the engine's lock (its tick, maintain, start)."""
+
+    def __init__(self) -> None:
+        self.kept = BudgetState()              # as last written to the store
+        self.braked: frozenset[str] = frozenset()
+        self.verdicts_read_at: float | None = None
+
+    def restore(self, engine: Engine) -> BudgetState:
+        """The budget kept in the store (empty when none, or one this version cannot read)."""
+        kept = BudgetState.from_json(engine.store.get_setting(SETTING))
+        self.kept = kept
+        self.braked = frozenset(f.value for f in budget.braked(kept, kept.last_tick, engine.policy)) \
+            if kept.last_tick is not None else frozenset()
+        self.verdicts_read_at = None
+        return kept
+
+    def keep(self, engine: Engine) -> None:
+        """Write the policy's budget to the store if it changed (see the module docstring)."""
+        new, old = engine.state.budget, self.kept
+        if new is old or new.last_tick is None:
+            return
+        brakes = budget.braked(new, new.last_tick, engine.policy) if new.outcomes else {}
+        now_braked = frozenset(f.value for f in brakes)
+        changed = now_braked != self.braked
+        hour = (new.exposure[-1][0] if new.exposure else None) != (old.exposure[-1][0] if old.exposure else None)
+        if not (changed or hour or new.outcomes != old.outcomes):
+            return
+        note = "; ".join(f"{f.value} {why}" for f, why in brakes.items()) if now_braked else "no class braked"
+        try:
+            engine.store.set_setting(SETTING, new.to_json(), ENGINE_ACTOR, note, audit=changed)
+        except Exception as e:  # the store is down: kept in memory, written with the next change
+            log.warning("cannot keep the false-action budget in the store (%s)", e)
+            return
+        self.kept = new
+        if changed:
+            for f in sorted(now_braked - self.braked):
+                engine._count(f"budget_braked_{f}")
+                log.warning("false-action budget: %s predictions now only alert: %s", f,
+                            next(w for c, w in brakes.items() if c.value == f))
+            for f in sorted(self.braked - now_braked):
+                log.warning("false-action budget: %s predictions act again (its brake lifted)", f)
+            self.braked = now_braked
+
+    def apply(self, engine: Engine, recs: Iterable[ActionRecord]) -> int:
+        """Count people's verdicts towards the budget (one outcome per hold: idempotent); returns how many
+        records carried one."""
+        n = 0
+        b = engine.state.budget
+        for r in recs:
+            if r.verdict in budget.VERDICTS and r.fault in FaultClass._value2member_map_:
+                b = budget.record(b, budget.HoldOutcome(r.incident_ts, r.node, FaultClass(r.fault),
+                                                        budget.VERDICTS[r.verdict], r.incident_ts, "verdict"))
+                n += 1
+        if b is not engine.state.budget:
+            engine.state = replace(engine.state, budget=b)
+            self.keep(engine)
+        return n
+
+    def sync(self, engine: Engine, every_s: float = 60.0) -> int:
+        """Read back the verdicts people gave since the last read, at most every *every_s* seconds of the
+        engine's clock (0: now); the first read takes the budget's whole window."""
+        now = engine.clock()
+        last = self.verdicts_read_at
+        if last is not None and now - last < every_s:
+            return 0
+        since = now - engine.policy.false_budget_window_s if last is None else last - VERDICT_SKEW_S
+        n = self.apply(engine, engine.store.with_verdicts(since))
+        self.verdicts_read_at = now
+        return n
+
+    def status(self, engine: Engine) -> dict[str, Any]:
+        """:func:`remediation.budget.status` at the budget's last tick."""
+        b = engine.state.budget
+        return budget.status(b, b.last_tick if b.last_tick is not None else engine.clock(), engine.policy)
