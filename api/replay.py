@@ -363,6 +363,8 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     if m:
         for who in ("model", "rules_baseline"):
             out[who] = {k: m[who].get(k) for k in keys}
+    if (fb := report.get("false_budget")) and fb.get("outcomes"):   # how the policy's prediction holds ended
+        out["false_budget"] = {"outcomes": fb["outcomes"], "braked": sorted(fb.get("braked", {}))}
     for name, alt in report.get("alternatives", {}).items():
         x = alt.get("metrics")
         if x:   # its headline, and the incidents one of the two policies caught (ahead) and the other did not

@@ -46,6 +46,11 @@ level) is also a *fleet-relative* one: the node must be an outlier against the f
 recent level (:class:`FleetLevel`), so a fleet whose background lifts every node's score
 acts only on its outliers. A tick with fewer than ``fleet_min_nodes`` nodes uses the
 absolute thresholds alone.
+
+The fleet also keeps a *false-action budget* (:mod:`remediation.budget`): how each hold taken
+in 3 ended — resumed healthy by 1, or met by an acting rule — counted per fault class against
+the fleet's node-days. A class whose holds ended healthy beyond ``false_budget_per_1k_node_days``
+is braked: its predictions alert (4) instead of acting in 3, and say why.
 """
 
 from __future__ import annotations

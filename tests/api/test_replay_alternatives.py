@@ -93,3 +93,24 @@ def test_without_incidents_the_summary_counts_what_each_alternative_would_have_d
                                "quiet": {"decisions": []}}}
     assert headline(report)["alternatives"] == {"strict": {"decisions": 3, "actions": {"drain": 2, "alert": 1}},
                                                 "quiet": {"decisions": 0, "actions": {}}}
+
+
+def test_the_report_carries_each_policys_false_action_budget_hold_by_hold(small_recording, bundle):
+    cfg = PolicyConfig()
+    res = Replayer(bundle, cfg, alternatives={"off": cfg.model_copy(update={"false_budget_per_1k_node_days": 0})}
+                   ).run(small_recording)
+    rep = build_report(small_recording, res, {}, cfg)
+    fb = rep["false_budget"]
+    assert fb["holds"], "the recording's predictions take nodes out and their holds end"
+    by_node: dict[str, list[dict]] = {}
+    for d in rep["decisions"]:
+        by_node.setdefault(d["node"], []).append(d)
+    for ts, node, fault, confirmed, since, by in fb["holds"]:
+        took = [d for d in by_node[node] if d["ts"] == since and d["source"] == "model"]
+        assert [(d["action"] in ("drain", "reset"), d["fault"]) for d in took] == [(True, fault)]
+        ended = [d for d in by_node[node] if d["ts"] == ts]
+        assert any(d["source"] == "rule" for d in ended) if confirmed else any(d["action"] == "resume" for d in ended)
+        assert by == "policy"
+    counted = {f: sum(1 for h in fb["holds"] if h[2] == f) for f in fb["outcomes"]}
+    assert counted == {f: c["unconfirmed"] + c["confirmed"] for f, c in fb["outcomes"].items()}
+    assert rep["alternatives"]["off"]["false_budget"]["holds"] == []    # off: nothing counted
