@@ -3,7 +3,9 @@
 A fleet tells gpuops, without anyone simulating it, whether its predictions come true. A node
 held on a prediction either meets its failure while held — an acting rule fires, and the
 prediction was right (*confirmed*) — or is resumed healthy after ``min_hold_s`` and
-``resume_after_s`` with no such rule (*unconfirmed*). :func:`remediation.policy.decide` records
+``resume_after_s`` with no such rule (*unconfirmed*), until an acting rule fires on the node
+within ``false_budget_confirm_s`` (the classifier's 6 h horizon) of the hold's start: resumed
+before its failure came, it came true all the same (:func:`confirm_late`). :func:`remediation.policy.decide` records
 each outcome here, per predicted fault class, and the fleet's exposure in node-days (scored
 nodes × telemetry time between ticks, a gap counted at most :data:`MAX_GAP_S`).
 
@@ -22,7 +24,7 @@ afresh when the policy state does (a restart or failover, as the fleet calibrati
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from collector.schema import FaultClass
@@ -126,6 +128,21 @@ def record(state: BudgetState, outcome: HoldOutcome) -> BudgetState:
             rest = state.outcomes[:i] + state.outcomes[i + 1:]
             return BudgetState(rest + (outcome,), state.exposure, state.last_tick)
     return BudgetState(state.outcomes + (outcome,), state.exposure, state.last_tick)
+
+
+def confirm_late(state: BudgetState, node: str, now: float, cfg: PolicyConfig) -> BudgetState:
+    """*state* after an acting rule fired on *node* at *now*: a hold of it the policy counted as ended
+    healthy, started within ``false_budget_confirm_s``, came true after all (it was resumed before its
+    failure). A person's verdict is left as it is."""
+    horizon = cfg.false_budget_confirm_s
+    late = [i for i, o in enumerate(state.outcomes)
+            if o.node == node and not o.confirmed and o.by == POLICY and 0.0 <= now - o.since <= horizon]
+    if not late:
+        return state
+    outcomes = list(state.outcomes)
+    for i in late:
+        outcomes[i] = replace(outcomes[i], confirmed=True)
+    return BudgetState(tuple(outcomes), state.exposure, state.last_tick)
 
 
 @lru_cache(maxsize=256)

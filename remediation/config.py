@@ -154,6 +154,11 @@ class PolicyConfig(BaseModel):
         "section 9.5's. 0: off.")
     false_budget_window_s: float = Field(
         7 * 86400.0, gt=0, description="The window of the false-action budget, telemetry s (7 days).")
+    false_budget_confirm_s: float = Field(
+        21600.0, ge=0,
+        description="A hold that ended healthy still came true when an acting rule fires on its node within this "
+        "many telemetry seconds of the hold's start (resumed before its failure came): the classifier's horizon, "
+        "P(fault within 6 h). 0: only a failure while held confirms.")
     false_budget_min_events: int = Field(
         3, ge=1, description="Holds ended healthy in one class before its budget can brake it (fewer is chance).")
     false_budget_confidence: float = Field(

@@ -63,7 +63,7 @@ import numpy as np
 from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.node_scores import NodeScores
 
-from .budget import BudgetState, HoldOutcome, braked, observe, record
+from .budget import BudgetState, HoldOutcome, braked, confirm_late, observe, record
 from .config import PolicyConfig
 
 #: explain(node index, source) -> human reason; source is "rule", "model" or "anomaly"
@@ -248,8 +248,11 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
         ns, d = _decide_node(i, name, ns, scores, float(p[i]), float(anomaly[i]), now, seen_s, cfg, explain, fleet,
                              floors, brakes)
         out.extend(d)
-        if d and budgeted and (outcome := _hold_outcome(name, before, d, now)) is not None:
-            budget = record(budget, outcome)
+        if d and budgeted:
+            if (outcome := _hold_outcome(name, before, d, now)) is not None:
+                budget = record(budget, outcome)
+            if budget.outcomes and any(x.source == "rule" and x.action in _ACTING for x in d):
+                budget = confirm_late(budget, name, now, cfg)
         if ns == NodeState():
             nodes.pop(name, None)
         else:

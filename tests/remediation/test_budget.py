@@ -155,3 +155,24 @@ def test_a_prediction_whose_failure_came_while_held_is_confirmed_and_does_not_br
     assert [(o.node, o.confirmed) for o in st.budget.outcomes] == [(f"n{n}", True) for n in (1, 2, 3, 4)]
     d, st, t = run(st, t, 5, 3, hot={5})
     assert ("n5", Action.DRAIN) in [(x.node, x.action) for x in d]
+
+
+def test_a_hold_resumed_before_its_failure_came_within_the_horizon_is_confirmed():
+    st, t = PolicyState(), 0.0
+    _, st, t = false_drain(st, t, 1)                              # resumed healthy at ~13 min
+    assert [(o.node, o.confirmed) for o in st.budget.outcomes] == [("n1", False)]
+    _, st, t = run(st, t, 1, 60)                                 # an hour later ...
+    d, st, t = run(st, t, 1, 1, rule=(1, Action.RESET))          # ... the failure: within 6 h of the drain
+    assert [(x.action, x.source) for x in d] == [(Action.RESET, "rule")]
+    assert [(o.node, o.confirmed) for o in st.budget.outcomes] == [("n1", True)]
+
+
+def test_a_failure_past_the_horizon_or_a_persons_verdict_is_not_a_late_confirmation():
+    from remediation.budget import confirm_late
+
+    cfg = CFG.model_copy(update={"false_budget_confirm_s": 3600.0})
+    st = record(record(BudgetState(), HoldOutcome(600.0, "n1", HBM, False, 0.0)),
+                HoldOutcome(600.0, "n2", HBM, False, 0.0, by="operator:alice"))
+    assert confirm_late(st, "n1", 4000.0, cfg) is st                 # 4,000 s after the hold: past 1 h
+    assert confirm_late(st, "n2", 1000.0, cfg) is st                 # a person said healthy
+    assert [o.confirmed for o in confirm_late(st, "n1", 1000.0, cfg).outcomes] == [True, False]
