@@ -268,7 +268,7 @@ def _hold_outcome(name: str, before: NodeState, decisions: list[Decision], now: 
     for d in decisions:
         if d.action is Action.RESUME:
             return HoldOutcome(now, name, before.held_fault, False, before.held_since)
-        if d.source == "rule":
+        if d.source == "rule" and d.action in _ACTING:
             return HoldOutcome(now, name, before.held_fault, True, before.held_since)
     return None
 
