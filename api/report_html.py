@@ -328,6 +328,19 @@ def _false(model: Mapping, decisions: list[Mapping]) -> str:
                    if rows else "")
 
 
+def _budget(fb: Mapping[str, Any]) -> str:
+    """The false-action budget at the end of the replay: prediction holds per class by how they ended."""
+    rows = [[escape(f), str(c.get("unconfirmed", 0)), str(c.get("confirmed", 0)),
+             escape(str((fb.get("braked") or {}).get(f, ""))) or "no"]
+            for f, c in sorted((fb.get("outcomes") or {}).items())]
+    head = (f'<p class="muted">{fb.get("per_1k_node_days", 0):g} per 1,000 node-days per class; '
+            f'{fb.get("node_days", 0):.0f} node-days replayed. A hold ended healthy when gpuops resumed the node '
+            "with no failure within the prediction's horizon, or a person said so (docs/engine.md).</p>")
+    if not rows:
+        return head + "<p>No hold taken on a prediction ended.</p>"
+    return head + _table(["fault class", "holds ended healthy", "holds that came true", "braked at the end"], rows)
+
+
 def write_html_report(report: Mapping[str, Any], path: str | Path) -> Path:
     """Write *report* (a replay report dict) as one self-contained HTML file at *path*.
 
@@ -357,6 +370,8 @@ def write_html_report(report: Mapping[str, Any], path: str | Path) -> Path:
         parts += ["<h2>Policies compared</h2>", _alternatives(report, model),
                   '<p class="muted">Each alternative (<code>--compare-policy</code>) decided on the same scores as '
                   'this report\'s policy, by the policy alone (no engine).</p>']
+    if (report.get("false_budget") or {}).get("per_1k_node_days"):
+        parts += ["<h2>False-action budget</h2>", _budget(report["false_budget"])]
     parts += ["<h2>Decisions by evidence</h2>", _grade_table(decisions, baseline),
               '<p class="muted">Certain: a rule on hard evidence; corroborated: a prediction backed by a '
               'sustained rise or a second signal; predicted: a prediction alone (drain only); advisory: '

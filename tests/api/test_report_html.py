@@ -110,3 +110,17 @@ def test_the_verdict_comes_first_and_the_run_statistics_last_in_words(tmp_path):
     assert "<td>samples_per_s</td><td>312,346</td>" in run                  # an unknown rate: its key, as a number
     assert "<td>window state in memory</td><td>25.0 MiB</td>" in run
     assert "<td>decisions held back, by cause</td><td>none</td>" in run
+
+
+def test_the_false_action_budget_shows_how_prediction_holds_ended_and_what_it_braked(tmp_path):
+    rep = _report()
+    rep["false_budget"] = {"per_1k_node_days": 5.0, "node_days": 20.0, "window_s": 604800.0,
+                           "outcomes": {"hbm_ecc": {"unconfirmed": 3, "confirmed": 1}},
+                           "braked": {"hbm_ecc": "braked: 3 of this fleet's <hbm_ecc> holds ended healthy"}}
+    page = write_html_report(rep, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<h2>False-action budget</h2>" in page
+    assert "<td>hbm_ecc</td><td>3</td><td>1</td><td>braked: 3 of this fleet&#x27;s &lt;hbm_ecc&gt;" in page
+    rep["false_budget"] = {**rep["false_budget"], "outcomes": {}, "braked": {}}
+    assert "No hold taken on a prediction ended" in write_html_report(rep, tmp_path / "r2.html").read_text()
+    del rep["false_budget"]
+    assert "False-action budget" not in write_html_report(rep, tmp_path / "r3.html").read_text()
