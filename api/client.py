@@ -177,6 +177,10 @@ class GpuopsClient:
     def replay_report(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/replays/{_seg(job_id)}/report")
 
+    def replay_report_html(self, job_id: str) -> str:
+        """The report as one HTML page (the server renders it; 501 without matplotlib there)."""
+        return self._call("GET", f"/v1/replays/{_seg(job_id)}/report.html")
+
     # ---- health -------------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:

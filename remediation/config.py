@@ -336,6 +336,27 @@ def load_policy_files(paths: Iterable[str | Path], what: str = "--compare-policy
     return out
 
 
+def load_policy_overrides(paths: Iterable[str | Path], what: str = "--compare-policy") -> dict[str, dict[str, Any]]:
+    """Policy YAML files as the settings they set (their ``policy:`` mapping, or the top level), by their file's
+    stem: what a service applies over its own policy (``POST /v1/replays`` ``compare_policies``). Each is checked
+    over the defaults here, so a typo fails before anything is sent; two of one stem are refused."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in map(Path, paths):
+        if path.stem in out:
+            raise PolicyConfigError(f"{what}: two policy files named {path.stem!r}; a policy is named by its file's "
+                                    "stem, so rename one")
+        try:
+            raw: Any = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise PolicyConfigError(f"{path}: cannot read policy settings: {e}") from None
+        raw = raw.get("policy", raw) if isinstance(raw, dict) else raw
+        if not isinstance(raw, dict):
+            raise PolicyConfigError(f"{path}: policy settings must be a mapping")
+        policy_with(PolicyConfig(), raw, str(path))
+        out[path.stem] = raw
+    return out
+
+
 def policy_with(base: PolicyConfig, overrides: Mapping[str, Any], what: str = "policy") -> PolicyConfig:
     """*base* with the settings of *overrides* (a policy YAML's mapping) in place of its own; a setting that is a
     mapping (``actions``, ``act_threshold_by_fault``, ...) is merged key by key. Invalid: :class:`PolicyConfigError`

@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from api.commands.remote import TokenOpt, UrlOpt
+
 
 def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
@@ -35,6 +37,10 @@ def replay(
     trace_features: Optional[str] = typer.Option(
         None, "--trace-features", metavar="F1,F2,...", help="Only these feature columns in the trace (default: all; "
         "`python -m pipeline.features` lists them)."),
+    remote: bool = typer.Option(
+        False, "--remote", help="Have the service at --url replay it (the recording is a path on the server; its "
+        "model and policy; --compare-policy files apply over its policy) and write its report here."),
+    url: str = UrlOpt, token: Optional[str] = TokenOpt,
 ) -> None:
     """Replay a recording in telemetry time (dry run) and score the decisions against its incidents."""
     from rich.console import Console
@@ -50,6 +56,20 @@ def replay(
     from remediation.safety import SafetyConfigError, load_safety_config
 
     console = Console(stderr=True)
+    if remote:
+        local = {"--model": model, "--policy": policy, "--cadence": cadence, "--rules-only": rules_only or None,
+                 "--safety": safety, "--trace": trace, "--trace-features": trace_features}
+        if clash := [k for k, v in local.items() if v]:
+            console.print(f"[red]error:[/red] --remote replays with the service's model and policy: "
+                          f"{', '.join(clash)} cannot go with it", soft_wrap=True)
+            raise typer.Exit(2)
+        from api.commands.replay_remote import remote_replay
+        from api.replay import headline
+
+        rep = remote_replay(recording, report, html, list(compare_policy or []), url, token, console)
+        console.print(json.dumps(headline(rep), indent=1))
+        console.print(f"report written to {report}" + (f" and {html}" if html else ""))
+        return
     if html:  # checked before the replay, not after it (the report extra is optional)
         from api.extras import MissingExtra, require
         try:

@@ -146,6 +146,30 @@ def test_the_client_starts_a_replay_with_alternative_policies_and_reads_its_summ
     assert set(done["result"]["alternatives"]) == {"quiet"}
 
 
+def test_replay_remote_has_the_service_replay_and_writes_its_report_here(gpuops, small_recording, tmp_path):
+    quiet = tmp_path / "quiet.yaml"
+    quiet.write_text("policy:\n  actions: {hbm_ecc: none}\n")
+    report, html = tmp_path / "r.json", tmp_path / "r.html"
+    r = gpuops("replay", str(small_recording), "--remote", "--compare-policy", str(quiet), "--report", str(report),
+               "--html", str(html))
+    assert r.exit_code == 0, r.output
+    rep = json.loads(report.read_text())
+    assert rep["recording"] == str(small_recording) and set(rep["alternatives"]) == {"quiet"}
+    assert rep["alternatives"]["quiet"]["policy"]["actions"]["hbm_ecc"] == "none"
+    assert html.read_text().startswith("<!DOCTYPE html>") and '"recall"' in r.output
+
+
+def test_replay_remote_refuses_local_settings_and_a_bad_policy_before_sending(gpuops, small_recording, tmp_path):
+    r = gpuops("replay", str(small_recording), "--remote", "--model", "models/default")
+    assert r.exit_code == 2 and "--model cannot go with it" in r.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy:\n  act_threshold: 2\n")
+    r = gpuops("replay", str(small_recording), "--remote", "--compare-policy", str(bad))
+    assert r.exit_code == 2 and "act_threshold" in r.output
+    r = gpuops("replay", "/nonexistent/recording", "--remote", "--report", str(tmp_path / "x.json"))
+    assert r.exit_code == 2 and not (tmp_path / "x.json").exists()      # the server's 4xx, said
+
+
 def test_engine_shadow_prints_each_policy_beside_the_live_one(gpuops, api_ctx):
     from remediation.config import policy_with
     from remediation.shadow import ShadowPolicies
