@@ -120,10 +120,29 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
 
 
 def explain_from(ns: NodeScores, reasons: Reasons):
-    """The policy's ``explain(i, source)`` reading the reasons a worker shipped."""
+    """The policy's ``explain(i, source)`` reading the reasons a worker shipped. A worker explains only the
+    nodes worth it on its own policy's reading; another policy (a shadow) may act on one it did not, which
+    is then told by its scores."""
     def explain(i: int, source: str) -> str:
-        return reasons.get(str(ns.node[i]), {}).get(source, f"{source} (no reason shipped by the scorer)")
+        why = reasons.get(str(ns.node[i]), {}).get(source)
+        return why if why else _from_scores(ns, i, source)
     return explain
+
+
+def _from_scores(ns: NodeScores, i: int, source: str) -> str:
+    """A reason from the scores alone, for a node the worker did not explain."""
+    none = " (the scorer explained no feature of this node)"
+    if source == "model":
+        fault = ns.fault_class(i)
+        return f"{fault.value if fault else 'unknown'} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}{none}"
+    if source == "anomaly":
+        gpu = "" if ns.anomaly_gpu is None else f" on GPU {ns.anomaly_gpu[i]}"
+        return f"anomaly{gpu} (stranger than {ns.anomaly[i]:.3%} of healthy GPUs){none}"
+    if source == "rule" and ns.rule[i] >= 0:
+        fault = ns.rule_fault_class(i)
+        where = f"GPU {ns.rule_gpu[i]}" if ns.rule_gpu[i] >= 0 else "the node"
+        return f"rule {ns.rule[i]} ({fault.value if fault else 'unknown'}) fired on {where}{none}"
+    return f"{source}{none}"
 
 
 def _floats(values: list | None) -> np.ndarray | None:

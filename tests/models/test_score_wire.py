@@ -32,7 +32,11 @@ def test_a_tick_of_scores_and_its_reasons_survive_the_round_trip():
         assert list(getattr(back, f)) == list(getattr(ns, f)), f
     assert back.ts == 1234.5 and msg["worker"] == "w1" and msg["rule_name"] == [None, "remap", None]
     explain = explain_from(back, reasons)
-    assert explain(1, "rule") == "row remap pending" and "no reason" in explain(0, "model")
+    assert explain(1, "rule") == "row remap pending"
+    # a node the worker did not explain (a shadow policy may act on it) is told by its scores
+    assert explain(0, "model") == "nvlink failure risk 10% on GPU 1 (the scorer explained no feature of this node)"
+    assert explain(1, "anomaly").startswith("anomaly on GPU 7 (stranger than 99.999% of healthy GPUs)")
+    assert explain(1, "model").startswith("hbm_ecc failure risk 95% on GPU 7")
 
 
 @pytest.mark.parametrize("raw, message", [
