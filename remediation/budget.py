@@ -9,13 +9,15 @@ before its failure came, it came true all the same (:func:`confirm_late`). :func
 each outcome here, per predicted fault class, and the fleet's exposure in node-days (scored
 nodes × telemetry time between ticks, a gap counted at most :data:`MAX_GAP_S`).
 
-A class is *braked* while, over the last ``false_budget_window_s``, its unconfirmed count *k*
+A class is *braked* once, over the last ``false_budget_window_s``, its unconfirmed count *k*
 is at least ``false_budget_min_events`` and the one-sided ``false_budget_confidence`` Poisson
 lower bound on *k* is above ``false_budget_per_1k_node_days`` × exposure / 1,000: the fleet has
 shown, beyond chance, that this class's predictions drain healthy nodes more often than the
 budget allows. Its predictions then alert instead of acting, and say why; rules on certain
-evidence are never braked. The brake lifts by itself as the outcomes age out of the window or
-the exposure grows past them. It only ever takes action away (research/robust-detection.md §4).
+evidence are never braked. The brake holds while the class's rate itself (*k* per 1,000
+node-days) is over the budget, and lifts by itself once the outcomes age out of the window or
+the exposure grows past them (engaging on evidence and releasing on its absence, it does not
+flap as node-days accrue). It only ever takes action away (research/robust-detection.md §4).
 
 Pure, like the policy: the state is a frozen value, time is telemetry time. The memory starts
 afresh when the policy state does (a restart or failover, as the fleet calibration's).
@@ -73,11 +75,14 @@ class BudgetState:
     #: (bucket start, node-seconds scored in it), oldest first
     exposure: tuple[tuple[float, float], ...] = ()
     last_tick: float | None = None
+    #: the classes braked as of the last tick (fault values): a braked class stays so until its rate is back under
+    #: the budget, not merely its lower bound (hysteresis: a brake does not flap as node-days accrue)
+    braked: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The state as the engine keeps it in the store across restarts (``false_budget``)."""
         return {"outcomes": [o.to_json() for o in self.outcomes], "exposure": [list(e) for e in self.exposure],
-                "last_tick": self.last_tick}
+                "last_tick": self.last_tick, "braked": list(self.braked)}
 
     @classmethod
     def from_json(cls, v: dict[str, object] | None) -> "BudgetState":
@@ -88,7 +93,8 @@ class BudgetState:
             last = v.get("last_tick")
             return cls(tuple(HoldOutcome.from_json(o) for o in v.get("outcomes", ())),  # type: ignore[union-attr]
                        tuple((float(b), float(x)) for b, x in v.get("exposure", ())),  # type: ignore[union-attr]
-                       None if last is None else float(last))  # type: ignore[arg-type]
+                       None if last is None else float(last),  # type: ignore[arg-type]
+                       tuple(str(f) for f in v.get("braked", ())))  # type: ignore[union-attr]
         except (TypeError, ValueError):
             return cls()
 
@@ -114,7 +120,7 @@ def observe(state: BudgetState, n_nodes: int, now: float, cfg: PolicyConfig) -> 
     outcomes = state.outcomes
     if outcomes and now - outcomes[0].ts > cfg.false_budget_window_s:
         outcomes = tuple(o for o in outcomes if now - o.ts <= cfg.false_budget_window_s)
-    return BudgetState(outcomes, exposure, now)
+    return replace(state, outcomes=outcomes, exposure=exposure, last_tick=now)
 
 
 def record(state: BudgetState, outcome: HoldOutcome) -> BudgetState:
@@ -126,8 +132,8 @@ def record(state: BudgetState, outcome: HoldOutcome) -> BudgetState:
             if outcome.by == POLICY and o.by != POLICY or o == outcome:
                 return state
             rest = state.outcomes[:i] + state.outcomes[i + 1:]
-            return BudgetState(rest + (outcome,), state.exposure, state.last_tick)
-    return BudgetState(state.outcomes + (outcome,), state.exposure, state.last_tick)
+            return replace(state, outcomes=rest + (outcome,))
+    return replace(state, outcomes=state.outcomes + (outcome,))
 
 
 def confirm_late(state: BudgetState, node: str, now: float, cfg: PolicyConfig) -> BudgetState:
@@ -142,7 +148,7 @@ def confirm_late(state: BudgetState, node: str, now: float, cfg: PolicyConfig) -
     outcomes = list(state.outcomes)
     for i in late:
         outcomes[i] = replace(outcomes[i], confirmed=True)
-    return BudgetState(tuple(outcomes), state.exposure, state.last_tick)
+    return replace(state, outcomes=tuple(outcomes))
 
 
 @lru_cache(maxsize=256)
@@ -168,17 +174,25 @@ def braked(state: BudgetState, now: float, cfg: PolicyConfig) -> dict[FaultClass
     out: dict[FaultClass, str] = {}
     node_days = None
     for fault, (unconfirmed, confirmed) in counts.items():
-        if unconfirmed < cfg.false_budget_min_events:
+        held = fault.value in state.braked
+        if unconfirmed < (1 if held else cfg.false_budget_min_events):
             continue
         if node_days is None:
             node_days = state.node_days(now, window)
         allowed = cfg.false_budget_per_1k_node_days * node_days / 1000.0
-        if lower_bound(unconfirmed, cfg.false_budget_confidence) > allowed:
+        # engage on evidence (the lower bound over the budget), hold until the rate itself is back under it
+        if (unconfirmed > allowed) if held else (lower_bound(unconfirmed, cfg.false_budget_confidence) > allowed):
             out[fault] = (f"braked: {unconfirmed} of this fleet's {fault.value} prediction holds in the last "
                           f"{window / 86400:.3g} d ended healthy ({confirmed} came true) over {node_days:.0f} "
                           f"node-days, beyond its budget of {cfg.false_budget_per_1k_node_days:g} per 1,000 "
-                          f"node-days: its predictions alert until that passes")
+                          f"node-days: its predictions alert until their rate is under it")
     return out
+
+
+def with_brakes(state: BudgetState, brakes: dict[FaultClass, str]) -> BudgetState:
+    """*state* remembering which classes are braked now (the brake holds on that memory)."""
+    now = tuple(sorted(f.value for f in brakes))
+    return state if now == state.braked else replace(state, braked=now)
 
 
 def report(state: BudgetState, cfg: PolicyConfig) -> dict[str, object]:

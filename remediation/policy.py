@@ -63,7 +63,7 @@ import numpy as np
 from collector.schema import Action, FaultClass, FollowUp, Grade
 from models.node_scores import NodeScores
 
-from .budget import BudgetState, HoldOutcome, braked, confirm_late, observe, record
+from .budget import BudgetState, HoldOutcome, braked, confirm_late, observe, record, with_brakes
 from .config import PolicyConfig
 
 #: explain(node index, source) -> human reason; source is "rule", "model" or "anomaly"
@@ -240,6 +240,7 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
     if budgeted:
         budget = observe(budget, len(scores), now, cfg)
         brakes = braked(budget, now, cfg)
+        budget = with_brakes(budget, brakes)
     out: list[Decision] = []
     for i in sorted(idx):
         name = str(scores.node[i])

@@ -3,6 +3,9 @@ once the fleet has shown, beyond chance, more of them than the budget allows; ru
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy.stats import chi2
@@ -176,3 +179,26 @@ def test_a_failure_past_the_horizon_or_a_persons_verdict_is_not_a_late_confirmat
     assert confirm_late(st, "n1", 4000.0, cfg) is st                 # 4,000 s after the hold: past 1 h
     assert confirm_late(st, "n2", 1000.0, cfg) is st                 # a person said healthy
     assert [o.confirmed for o in confirm_late(st, "n1", 1000.0, cfg).outcomes] == [True, False]
+
+
+def test_a_braked_class_stays_braked_until_its_rate_is_under_the_budget_not_just_its_lower_bound():
+    from remediation.budget import with_brakes
+
+    cfg = CFG.model_copy(update={"false_budget_per_1k_node_days": 5.0})
+    st = _with([(HBM, False)] * 4, 300.0)      # 4 in 300 node-days: lower bound 1.74 > 1.5 allowed: braked
+    brakes = braked(st, DAY, cfg)
+    assert set(brakes) == {HBM}
+    st = with_brakes(st, brakes)
+    assert st.braked == ("hbm_ecc",)
+    more = replace(st, exposure=((DAY - 3600.0, 400.0 * DAY),))   # 400 node-days: 2.0 allowed, 1.74 < 2.0 ...
+    assert set(braked(more, DAY, cfg)) == {HBM}                   # ... but 4 is still over it: held
+    assert braked(replace(more, braked=()), DAY, cfg) == {}       # (not braked before: it would not engage now)
+    enough = replace(st, exposure=((DAY - 3600.0, 801.0 * DAY),))  # 4 under the 4.005 allowed: lifted
+    assert braked(enough, DAY, cfg) == {}
+    assert with_brakes(enough, {}).braked == ()
+
+
+def test_the_budget_state_survives_its_json_with_its_brakes():
+    st = replace(_with([(HBM, False)] * 3 + [(HBM, True)], 10.0), braked=("hbm_ecc",))
+    assert BudgetState.from_json(json.loads(json.dumps(st.to_json()))) == st
+    assert BudgetState.from_json({"outcomes": [["x"]]}) == BudgetState()        # another version's: empty
