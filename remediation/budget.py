@@ -5,9 +5,10 @@ held on a prediction either meets its failure while held — an acting rule fire
 prediction was right (*confirmed*) — or is resumed healthy after ``min_hold_s`` and
 ``resume_after_s`` with no such rule (*unconfirmed*), until an acting rule fires on the node
 within ``false_budget_confirm_s`` (the classifier's 6 h horizon) of the hold's start: resumed
-before its failure came, it came true all the same (:func:`confirm_late`). :func:`remediation.policy.decide` records
-each outcome here, per predicted fault class, and the fleet's exposure in node-days (scored
-nodes × telemetry time between ticks, a gap counted at most :data:`MAX_GAP_S`).
+before its failure came, it came true all the same (:func:`confirm_late`). A person's verdict
+(:mod:`remediation.budget_keeper`) takes the place of either. :func:`remediation.policy.decide`
+records each outcome here, per predicted fault class, and the fleet's exposure in node-days
+(scored nodes × telemetry time between ticks, a gap counted at most :data:`MAX_GAP_S`).
 
 A class is *braked* once, over the last ``false_budget_window_s``, its unconfirmed count *k*
 is at least ``false_budget_min_events`` and the one-sided ``false_budget_confidence`` Poisson
@@ -19,8 +20,9 @@ node-days) is over the budget, and lifts by itself once the outcomes age out of 
 the exposure grows past them (engaging on evidence and releasing on its absence, it does not
 flap as node-days accrue). It only ever takes action away (research/robust-detection.md §4).
 
-Pure, like the policy: the state is a frozen value, time is telemetry time. The memory starts
-afresh when the policy state does (a restart or failover, as the fleet calibration's).
+Pure, like the policy: the state is a frozen value (``PolicyState.budget``), time is telemetry
+time. A replay starts it empty; the service keeps it in its store across restarts and failovers
+(:mod:`remediation.budget_keeper`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ _SECONDS_PER_DAY = 86400.0
 
 #: a person's verdict on a prediction hold (``POST /v1/actions/{id}/verdict``) -> confirmed
 VERDICTS = {"healthy": False, "faulty": True}
-#: who judged an outcome the policy saw for itself (a person's verdict names the person)
+#: who judged an outcome the policy saw for itself; a person's verdict reads ``"verdict"`` (the action's
+#: audit trail names the person)
 POLICY = "policy"
 
 
@@ -56,7 +59,7 @@ class HoldOutcome:
     fault: FaultClass
     confirmed: bool
     since: float = 0.0   # the hold's own time (its decision's ts, its record's incident_ts): which hold
-    by: str = POLICY     # the policy (a resume, a rule) or the person whose verdict it is
+    by: str = POLICY     # the policy (a resume, a rule), or "verdict": a person's
 
     def to_json(self) -> list[object]:
         return [self.ts, self.node, self.fault.value, self.confirmed, self.since, self.by]
