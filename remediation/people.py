@@ -14,9 +14,8 @@ engine's public methods (:meth:`~remediation.engine.Engine.request` and the rest
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from collector.schema import Grade
 
@@ -26,6 +25,9 @@ from .budget import VERDICTS
 
 if TYPE_CHECKING:
     from .engine import Engine
+
+#: the grades of a hold taken on a prediction (record values): the holds a verdict may be given on
+_PREDICTION_GRADES = (Grade.PREDICTED.value, Grade.CORROBORATED.value)
 
 
 def request(engine: Engine, kind: ActionKind, node: str, reason: str, actor: str, *, gpu: int | None,
@@ -123,9 +125,6 @@ def verdict(engine: Engine, aid: str, verdict: str, actor: str, note: str) -> Ac
                                       actor=actor, note=f"verdict: {verdict}" + (f" ({note})" if note else ""))
         engine.budget.apply(engine, [rec])
         return rec
-
-
-_PREDICTION_GRADES = (Grade.PREDICTED.value, Grade.CORROBORATED.value)
 
 
 def _get(engine: Engine, aid: str) -> ActionRecord:
