@@ -15,8 +15,9 @@ def test_the_anomaly_detector_alone_is_refit_on_top_of_a_kept_model(tmp_path):
     simulate_recording(SimConfig(nodes=6, hours=6, seed=6, rate_multiplier=1500), rec)
     whole = CliRunner().invoke(build_cli(), ["train", str(rec), "--out", str(tmp_path / "m1")])
     assert whole.exit_code == 0, whole.output
+    # a wide console: the message names two temporary paths, and rich wraps at the terminal's width
     res = CliRunner().invoke(build_cli(), ["train", str(rec), "--out", str(tmp_path / "m2"), "--anomaly-only",
-                                           "--base", str(tmp_path / "m1"), "--seed", "3"])
+                                           "--base", str(tmp_path / "m1"), "--seed", "3"], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     assert "anomaly detector refit on" in res.output and str(tmp_path / "m1") in res.output
     m1, m2 = (json.loads((tmp_path / d / "model.json").read_text()) for d in ("m1", "m2"))
