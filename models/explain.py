@@ -124,5 +124,15 @@ def most_deviant(center: np.ndarray, scale: np.ndarray, cols: np.ndarray, row: n
     return int(cols[k]) if z[k] >= 0 else None
 
 
+def risk_phrase(fault: str, p: float, gpu: int) -> str:
+    """How a prediction is told: its fault class, its probability, its GPU."""
+    return f"{fault} failure risk {p:.0%} on GPU {gpu}"
+
+
+def anomaly_phrase(gpu: int | None, level: float) -> str:
+    """How an anomaly is told: its GPU (when known) and how strange it is against healthy GPUs."""
+    return f"anomaly{'' if gpu is None else f' on GPU {gpu}'} (stranger than {level:.3%} of healthy GPUs)"
+
+
 def fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"

@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 from models.base import CLASSES
 from models.bundle import ModelBundle
-from models.explain import baselines_for, describe, most_deviant, outside_healthy
+from models.explain import anomaly_phrase, baselines_for, describe, most_deviant, outside_healthy, risk_phrase
 from models.node_scores import NodeScores
 from pipeline.batch import FeatureBatch
 
@@ -48,11 +48,11 @@ class Explainer:
                 c = bundle.classifier
                 why = outside_healthy(c.inputs, c.explain_features.get(fault, []), c.healthy_q,
                                       c.select(batch.x[ns.row[i]]), self.baselines)
-                risk = f"{CLASSES[fault]} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}"
+                risk = risk_phrase(CLASSES[fault], ns.p_fail[i], ns.gpu[i])
                 return f"{risk}: {why}" if why else risk
             if source == "anomaly":
                 gpu = int(batch.gpu[ns.anomaly_row[i]])
-                why = f"anomaly on GPU {gpu} (stranger than {ns.anomaly[i]:.3%} of healthy GPUs)"
+                why = anomaly_phrase(gpu, ns.anomaly[i])
                 a = bundle.anomaly
                 if a is None or a.center is None:
                     return why

@@ -26,6 +26,7 @@ import orjson
 from collector.schema import Action, FollowUp
 
 from .base import CLASSES
+from .explain import anomaly_phrase, risk_phrase
 from .node_scores import NodeScores
 
 _INDEX = {c: i for i, c in enumerate(CLASSES)}
@@ -133,11 +134,9 @@ def _from_scores(ns: NodeScores, i: int, source: str) -> str:
     """A reason from the scores alone, for a node the worker did not explain."""
     none = " (the scorer explained no feature of this node)"
     if source == "model":
-        fault = ns.fault_class(i)
-        return f"{fault.value if fault else 'unknown'} failure risk {ns.p_fail[i]:.0%} on GPU {ns.gpu[i]}{none}"
+        return risk_phrase(CLASSES[int(ns.fault[i])], ns.p_fail[i], ns.gpu[i]) + none
     if source == "anomaly":
-        gpu = "" if ns.anomaly_gpu is None else f" on GPU {ns.anomaly_gpu[i]}"
-        return f"anomaly{gpu} (stranger than {ns.anomaly[i]:.3%} of healthy GPUs){none}"
+        return anomaly_phrase(None if ns.anomaly_gpu is None else ns.anomaly_gpu[i], ns.anomaly[i]) + none
     if source == "rule" and ns.rule[i] >= 0:
         fault = ns.rule_fault_class(i)
         where = f"GPU {ns.rule_gpu[i]}" if ns.rule_gpu[i] >= 0 else "the node"

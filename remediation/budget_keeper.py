@@ -42,44 +42,38 @@ class BudgetKeeper:
 
     def __init__(self) -> None:
         self.kept = BudgetState()              # as last written to the store
-        self.braked: frozenset[str] = frozenset()
         self.verdicts_read_at: float | None = None
 
     def restore(self, engine: Engine) -> BudgetState:
         """The budget kept in the store (empty when none, or one this version cannot read)."""
-        kept = BudgetState.from_json(engine.store.get_setting(SETTING))
-        self.kept = kept
-        self.braked = frozenset(f.value for f in budget.braked(kept, kept.last_tick, engine.policy)) \
-            if kept.last_tick is not None else frozenset()
+        self.kept = BudgetState.from_json(engine.store.get_setting(SETTING))
         self.verdicts_read_at = None
-        return kept
+        return self.kept
 
     def keep(self, engine: Engine) -> None:
-        """Write the policy's budget to the store if it changed (see the module docstring)."""
+        """Write the policy's budget to the store if it changed (see the module docstring). The policy has
+        already decided which classes are braked this tick (``BudgetState.braked``); the reasons are only
+        worked out again when that changes, for the audit note and the log."""
         new, old = engine.state.budget, self.kept
         if new is old or new.last_tick is None:
             return
-        brakes = budget.braked(new, new.last_tick, engine.policy) if new.outcomes else {}
-        now_braked = frozenset(f.value for f in brakes)
-        changed = now_braked != self.braked
+        changed = new.braked != old.braked
         hour = (new.exposure[-1][0] if new.exposure else None) != (old.exposure[-1][0] if old.exposure else None)
         if not (changed or hour or new.outcomes != old.outcomes):
             return
-        note = "; ".join(f"{f.value} {why}" for f, why in brakes.items()) if now_braked else "no class braked"
+        why = {f.value: w for f, w in budget.braked(new, new.last_tick, engine.policy).items()} if changed else {}
+        note = "; ".join(f"{f} {w}" for f, w in why.items()) or "no class braked"
         try:
             engine.store.set_setting(SETTING, new.to_json(), ENGINE_ACTOR, note, audit=changed)
         except Exception as e:  # the store is down: kept in memory, written with the next change
             log.warning("cannot keep the false-action budget in the store (%s)", e)
             return
         self.kept = new
-        if changed:
-            for f in sorted(now_braked - self.braked):
-                engine._count(f"budget_braked_{f}")
-                log.warning("false-action budget: %s predictions now only alert: %s", f,
-                            next(w for c, w in brakes.items() if c.value == f))
-            for f in sorted(self.braked - now_braked):
-                log.warning("false-action budget: %s predictions act again (its brake lifted)", f)
-            self.braked = now_braked
+        for f in sorted(set(new.braked) - set(old.braked)):
+            engine._count(f"budget_braked_{f}")
+            log.warning("false-action budget: %s predictions now only alert: %s", f, why.get(f, ""))
+        for f in sorted(set(old.braked) - set(new.braked)):
+            log.warning("false-action budget: %s predictions act again (its brake lifted)", f)
 
     def apply(self, engine: Engine, recs: Iterable[ActionRecord]) -> int:
         """Count people's verdicts towards the budget (one outcome per hold: idempotent); returns how many

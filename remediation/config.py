@@ -327,13 +327,7 @@ POLICY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 def load_policy_files(paths: Iterable[str | Path], what: str = "--compare-policy") -> dict[str, PolicyConfig]:
     """Policy YAML files by their file's stem (the name a compared policy goes by); two of one stem are refused."""
-    out: dict[str, PolicyConfig] = {}
-    for path in map(Path, paths):
-        if path.stem in out:
-            raise PolicyConfigError(f"{what}: two policy files named {path.stem!r}; a policy is named by its file's "
-                                    "stem, so rename one")
-        out[path.stem] = load_policy_config(path)
-    return out
+    return {stem: load_policy_config(path) for stem, path in _by_stem(paths, what)}
 
 
 def load_policy_overrides(paths: Iterable[str | Path], what: str = "--compare-policy") -> dict[str, dict[str, Any]]:
@@ -341,20 +335,22 @@ def load_policy_overrides(paths: Iterable[str | Path], what: str = "--compare-po
     stem: what a service applies over its own policy (``POST /v1/replays`` ``compare_policies``). Each is checked
     over the defaults here, so a typo fails before anything is sent; two of one stem are refused."""
     out: dict[str, dict[str, Any]] = {}
+    for stem, path in _by_stem(paths, what):
+        raw = read_settings(path, "policy", PolicyConfigError)
+        policy_with(PolicyConfig(), raw, str(path))
+        out[stem] = raw
+    return out
+
+
+def _by_stem(paths: Iterable[str | Path], what: str) -> list[tuple[str, Path]]:
+    """(stem, path) of each file, the stem being the policy's name; two of one stem are refused."""
+    out: dict[str, Path] = {}
     for path in map(Path, paths):
         if path.stem in out:
             raise PolicyConfigError(f"{what}: two policy files named {path.stem!r}; a policy is named by its file's "
                                     "stem, so rename one")
-        try:
-            raw: Any = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise PolicyConfigError(f"{path}: cannot read policy settings: {e}") from None
-        raw = raw.get("policy", raw) if isinstance(raw, dict) else raw
-        if not isinstance(raw, dict):
-            raise PolicyConfigError(f"{path}: policy settings must be a mapping")
-        policy_with(PolicyConfig(), raw, str(path))
-        out[path.stem] = raw
-    return out
+        out[path.stem] = path
+    return list(out.items())
 
 
 def policy_with(base: PolicyConfig, overrides: Mapping[str, Any], what: str = "policy") -> PolicyConfig:
@@ -385,6 +381,16 @@ def load_yaml_model(path: str | Path | None, model: type[M], section: str, error
     """
     if path is None:
         return model()
+    raw = read_settings(path, section, error)
+    try:
+        return model(**raw)
+    except ValidationError as e:
+        raise error(f"{path}: {problems(e, section)}") from None
+
+
+def read_settings(path: str | Path, section: str, error: type[ValueError]) -> dict[str, Any]:
+    """The ``section:`` mapping of a YAML file (or the file's top level); an unreadable file or one that is not
+    a mapping raises *error* saying so."""
     try:
         raw: Any = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
@@ -392,7 +398,6 @@ def load_yaml_model(path: str | Path | None, model: type[M], section: str, error
     if not isinstance(raw, dict):
         raise error(f"{path}: {section} settings must be a mapping")
     raw = raw.get(section, raw)
-    try:
-        return model(**raw)
-    except ValidationError as e:
-        raise error(f"{path}: {problems(e, section)}") from None
+    if not isinstance(raw, dict):
+        raise error(f"{path}: {section} settings must be a mapping")
+    return raw

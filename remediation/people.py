@@ -17,17 +17,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from collector.schema import Grade
-
 from . import execution
 from .actions import ActionKind, ActionRecord, ActionState, action_id
 from .budget import VERDICTS
+from .policy import PREDICTION_GRADES
 
 if TYPE_CHECKING:
     from .engine import Engine
-
-#: the grades of a hold taken on a prediction (record values): the holds a verdict may be given on
-_PREDICTION_GRADES = (Grade.PREDICTED.value, Grade.CORROBORATED.value)
 
 
 def request(engine: Engine, kind: ActionKind, node: str, reason: str, actor: str, *, gpu: int | None,
@@ -114,7 +110,8 @@ def verdict(engine: Engine, aid: str, verdict: str, actor: str, note: str) -> Ac
         raise ValueError(f"verdict must be one of {', '.join(VERDICTS)} (got {verdict!r})")
     with engine._lock:
         rec = _get(engine, aid)
-        if rec.source != "model" or not rec.kind.holds_node or rec.grade not in _PREDICTION_GRADES:
+        predicted = rec.grade in {g.value for g in PREDICTION_GRADES}
+        if rec.source != "model" or not rec.kind.holds_node or not predicted:
             raise ValueError(f"{aid} is a {rec.source or 'person'}'s {rec.kind.value}: verdicts are given on holds "
                              "gpuops took on a prediction (they count against its false-action budget; rules "
                              "follow the XID catalogue and the operators' own thresholds)")

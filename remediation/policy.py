@@ -73,8 +73,9 @@ Explain = Callable[[int, str], str]
 _ACTING = tuple(a for a in Action if a.acts)
 #: the least disruptive action that protects the next job: all a prediction alone may do
 PREDICTION_ALONE = Action.DRAIN
-#: holds taken on a prediction: certain evidence arriving later upgrades them to the rule's remedy
-_PREDICTION_GRADES = (Grade.PREDICTED, Grade.CORROBORATED)
+#: holds taken on a prediction: certain evidence arriving later upgrades them to the rule's remedy; they are
+#: what the false-action budget counts and what a person's verdict is given on
+PREDICTION_GRADES = (Grade.PREDICTED, Grade.CORROBORATED)
 #: the window of the alert rate limits, s
 RATE_WINDOW_S = 3600.0
 
@@ -264,7 +265,7 @@ def decide(scores: NodeScores, state: PolicyState, now: float, cfg: PolicyConfig
 def _hold_outcome(name: str, before: NodeState, decisions: list[Decision], now: float) -> HoldOutcome | None:
     """How this tick ended a hold taken on a prediction, if it did: resumed healthy (unconfirmed) or an
     acting rule fired while held (confirmed: the failure came, whatever its class)."""
-    if before.held_since is None or before.held_grade not in _PREDICTION_GRADES or before.held_fault is None:
+    if before.held_since is None or before.held_grade not in PREDICTION_GRADES or before.held_fault is None:
         return None
     for d in decisions:
         if d.action is Action.RESUME:
@@ -402,7 +403,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     anomaly_level = max(cfg.anomaly_alert, floors.anomaly)
     ns = _strange_run(ns, anomaly, now, anomaly_level, cfg)
     if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
-        if rule_acts and ns.held_grade in _PREDICTION_GRADES:  # the failure came: the catalogue's remedy
+        if rule_acts and ns.held_grade in PREDICTION_GRADES:  # the failure came: the catalogue's remedy
             # ...and the prediction was right, so it does not cap the node's next one (model_retry_window_s)
             return replace(ns, held_grade=Grade.CERTAIN, held_fault=s.rule_fault_class(i), healthy_since=None,
                            predicted_action_at=None), [
