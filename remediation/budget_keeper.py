@@ -12,6 +12,10 @@ prediction holds end and brakes a class. What only a live service needs sits her
   once a minute (:meth:`BudgetKeeper.sync`, from :func:`remediation.execution.maintain`) and at start,
   and counts each as its hold's outcome in place of what the policy would see later. A verdict counts
   from its hold's time (the record's ``incident_ts``), so reading it again changes nothing.
+- **Shown from any replica.** A standby decides nothing, so its own budget is the one it read at start. It
+  answers with the leader's instead: the ``false_budget`` setting, read at most once a minute
+  (:meth:`BudgetKeeper.status`), and what it last read while the store is down. Its outcomes and brakes are
+  the leader's; its exposure is as of the leader's last write (at most an hour behind).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class BudgetKeeper:
     def __init__(self) -> None:
         self.kept = BudgetState()              # as last written to the store
         self.verdicts_read_at: float | None = None
+        self._leaders: tuple[float, BudgetState] | None = None  # a standby's last read of the leader's budget
 
     def restore(self, engine: Engine) -> BudgetState:
         """The budget kept in the store (empty when none, or one this version cannot read)."""
@@ -102,7 +107,20 @@ class BudgetKeeper:
         self.verdicts_read_at = now
         return n
 
-    def status(self, engine: Engine) -> dict[str, Any]:
-        """:func:`remediation.budget.status` at the budget's last tick."""
-        b = engine.state.budget
+    def status(self, engine: Engine, every_s: float = 60.0) -> dict[str, Any]:
+        """:func:`remediation.budget.status` at the budget's last tick: the engine's own while it acts (the
+        leader, or an engine alone), else the leader's as kept in the store, read at most every *every_s*
+        seconds of the engine's clock (API calls and metric scrapes come often)."""
+        b = engine.state.budget if engine.acting else self._leaders_budget(engine, every_s)
         return budget.status(b, b.last_tick if b.last_tick is not None else engine.clock(), engine.policy)
+
+    def _leaders_budget(self, engine: Engine, every_s: float) -> BudgetState:
+        now = engine.clock()
+        if self._leaders is None or now - self._leaders[0] >= every_s:
+            got = self._leaders[1] if self._leaders is not None else engine.state.budget
+            try:
+                got = BudgetState.from_json(engine.store.get_setting(SETTING))
+            except Exception as e:  # the store is down: the last read (or this replica's own) stands
+                log.warning("cannot read the leader's false-action budget from the store (%s)", e)
+            self._leaders = now, got
+        return self._leaders[1]

@@ -106,3 +106,40 @@ def test_verdicts_given_on_another_replica_reach_the_leader(store):
     leader.maintain()                                  # the leader reads them back (at most once a minute)
     assert leader.status()["budget"]["outcomes"] == {"nvlink": {"unconfirmed": 3, "confirmed": 0}}
     assert list(leader.status()["budget"]["braked"]) == ["nvlink"]
+
+
+def test_a_standby_shows_the_leaders_budget_read_at_most_once_a_minute(store):
+    clock = Clock()
+    leader = engine(store, clock)
+    standby = Engine(store, Cluster(), policy=CFG, safety=LOOSE, clock=clock)   # never started: decides nothing
+    standby.acting = False
+    assert standby.status()["budget"]["outcomes"] == {}                         # read now: nothing kept yet
+    drains = [false_hold(leader, clock, node) for node in (1, 2, 3)]          # minutes pass: it reads again
+    shown, own = standby.status()["budget"], leader.status()["budget"]
+    assert (shown["outcomes"], shown["braked"]) == (own["outcomes"], own["braked"]) and list(own["braked"]) == ["nvlink"]
+    assert 0 < shown["node_days"] <= own["node_days"]         # the exposure as last kept (hourly, and on a change)
+    leader.verdict(drains[0].id, "faulty", "operator:alice")                    # the leader's budget moves on
+    before = standby.status()["budget"]
+    clock.t += 30.0
+    assert standby.status()["budget"] == before                                 # within the minute: not read
+    clock.t += 31.0
+    assert standby.status()["budget"]["outcomes"]["nvlink"]["confirmed"] == 1   # a minute on: the leader's
+
+
+def test_a_standby_keeps_the_budget_it_last_read_while_the_store_is_down(store, monkeypatch, caplog):
+    clock = Clock()
+    leader = engine(store, clock)
+    for node in (1, 2, 3):
+        false_hold(leader, clock, node)
+    standby = Engine(store, Cluster(), policy=CFG, safety=LOOSE, clock=clock)
+    standby.acting = False
+    shown = standby.status()["budget"]
+    assert list(shown["braked"]) == ["nvlink"]
+
+    def down(*a, **kw):
+        raise ConnectionError("store unreachable")
+
+    monkeypatch.setattr(store, "get_setting", down)
+    clock.t += 120.0
+    assert standby.budget_status()["outcomes"] == shown["outcomes"]   # what /metrics shows with the store down
+    assert "cannot read the leader's false-action budget" in caplog.text
