@@ -19,6 +19,15 @@ from pipeline.bus import BusMessage, TopicPartition
 
 
 _FETCH_MAX_BYTES = 16 << 20
+#: the most :meth:`KafkaBus.backlog` waits on the broker for a partition's end offset or position. The
+#: scoring loop asks on every poll; kafka-python would wait ``request_timeout_ms`` (305 s) for an end
+#: offset and for ever for a position while the broker or the group's coordinator does not answer, and
+#: the loop with it. Unanswered, the partition's backlog reads unknown (it holds the watermark: no tick
+#: closes early) and the next poll asks again.
+LOOKUP_TIMEOUT_MS = 1000
+#: the most a commit waits for the group's coordinator (kafka-python's own default: for ever). A commit
+#: not taken in time raises, the loop logs it and retries, and the offsets are committed with the next one
+COMMIT_TIMEOUT_MS = 10_000
 
 
 class BusUnavailable(RuntimeError):
@@ -57,7 +66,8 @@ class KafkaBus:
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         offsets = dict(self._polled) if offsets is None else offsets
         if offsets:
-            self._consumer.commit({KafkaTP(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()})
+            self._consumer.commit({KafkaTP(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()},
+                                  timeout_ms=COMMIT_TIMEOUT_MS)
 
     def produce(self, topic: str, key: str | None, value: bytes) -> None:
         self._producer.send(topic, key=key.encode() if key is not None else None, value=value)
@@ -74,8 +84,8 @@ class KafkaBus:
         unknown = [tp for tp in assigned if self._consumer.highwater(tp) is None]
         ends: dict = {}
         if unknown:
-            try:
-                ends = self._consumer.end_offsets(unknown)
+            try:  # the consumer's own end_offsets() takes no timeout in kafka-python 2.x: its fetcher's does
+                ends = self._consumer._fetcher.end_offsets(unknown, LOOKUP_TIMEOUT_MS)
             except KafkaError:
                 ends = {}
         for tp in assigned:
@@ -84,7 +94,7 @@ class KafkaBus:
                 hw = ends.get(tp)
             pos = self._polled.get((tp.topic, tp.partition))
             if pos is None and hw is not None:
-                pos = self._consumer.position(tp)
+                pos = self._consumer.position(tp, timeout_ms=LOOKUP_TIMEOUT_MS)
             out[(tp.topic, tp.partition)] = None if hw is None or pos is None else max(hw - pos, 0)
         return out
 

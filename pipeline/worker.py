@@ -97,8 +97,19 @@ class StreamWorker:
         # a message is done when every row it carried is in a closed tick (or it had none)
         done_before = self.pipeline.closed_until
         offsets: dict[TopicPartition, int] = {}
+        done: dict[TopicPartition, int] = {}
         for tp, q in self._uncommitted.items():
-            while q and q[0][1] < done_before:
-                offsets[tp] = q.popleft()[0] + 1
+            n = 0
+            for offset, newest in q:
+                if newest >= done_before:
+                    break
+                n += 1
+                offsets[tp] = offset + 1
+            if n:
+                done[tp] = n
         if offsets:
-            self.bus.commit(offsets)
+            self.bus.commit(offsets)  # a commit the broker does not take raises: the offsets wait for the next
+            for tp, n in done.items():
+                q = self._uncommitted[tp]
+                for _ in range(n):
+                    q.popleft()

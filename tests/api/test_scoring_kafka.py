@@ -267,3 +267,50 @@ def test_a_broker_restart_loses_no_sample_and_no_tick_becomes_two_actions(privat
         e.tick(ns, explain_from(ns, reasons))
     again = [r for r in e.store.query(limit=10_000) if r.kind is not ActionKind.ALERT]
     assert [r.id for r in again] == [r.id for r in first]
+
+
+def test_a_worker_stops_promptly_while_its_broker_is_down(private_broker, bundle) -> None:
+    """No call the scoring loop makes waits on the broker without bound: with the broker gone, the loop
+    goes on turning (failed polls logged and retried) and a shutdown ends within seconds. One of the
+    topic's partitions never gets a record, so every poll asks the broker for its end offset; a
+    commit the coordinator never takes times out instead of waiting for it."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError
+
+    bootstrap, start, stop = private_broker
+    topic = f"outage-{uuid.uuid4().hex[:6]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, 2, 1), NewTopic(f"{topic}.scores", 1, 1)])
+    admin.close()
+    topics = StreamTopics(telemetry=topic, events=f"{topic}.events", deadletter=f"{topic}.dlq")
+    worker = ScoringWorker(KafkaBus(bootstrap, "scoring", (topic,)), bundle, SETTINGS, POLICY, worker_id="w1",
+                           scores_topic=f"{topic}.scores", topics=topics, warmup_s=0)
+    other = KafkaBus(bootstrap, "other", (topic,))
+    thread, halt = run_in_thread(worker)
+    try:
+        produce(bootstrap, topic, fleet_messages(1, 0, 30))  # one node: one partition, the other stays empty
+        wait_until(lambda: worker.counters.ticks >= 2, timeout_s=90, message="scoring before the outage")
+        wait_until(lambda: bool(other.poll(10, 0.2)) or bool(other._consumer.assignment()), timeout_s=60,
+                   message="the second member has its partitions")
+        stop()
+        committed: list = []
+
+        def commit() -> None:
+            try:
+                other.commit({(topic, 0): 1})
+                committed.append("taken")
+            except KafkaError as e:
+                committed.append(e)
+
+        c = threading.Thread(target=commit, daemon=True)
+        c.start()
+        c.join(timeout=45)
+        assert not c.is_alive(), "a commit waited on a dead broker without bound"
+        assert committed and isinstance(committed[0], KafkaError)
+    finally:
+        halt.set()
+        thread.join(timeout=45)
+    alive = thread.is_alive()
+    start()  # for the fixture's teardown
+    assert not alive, "the scoring loop did not stop within 45 s while the broker was down"

@@ -164,3 +164,34 @@ def test_messages_holding_several_samples_per_gpu_give_exactly_the_replay_featur
     worker.drain()
     assert worker.pipeline.counts.late_rows == 0 and worker.deadlettered == 0
     assert_same(got, replay(g, n))
+
+
+class RefusingBus(InProcessBus):
+    """An in-process bus whose next *refuse* commits fail, as a Kafka commit the coordinator does not take."""
+
+    def __init__(self, refuse: int, **kw) -> None:
+        super().__init__(**kw)
+        self.refuse = refuse
+
+    def commit(self, offsets=None) -> None:
+        if self.refuse:
+            self.refuse -= 1
+            raise TimeoutError("commit not taken")
+        super().commit(offsets)
+
+
+def test_offsets_a_refused_commit_held_are_committed_with_the_next_one() -> None:
+    fleet = Fleet(nodes=1, gpus=2, ports=0, samples=9, interval_s=10.0)  # ticks [0,60) and [60,90)
+    bus = RefusingBus(1, partitions=1, topics=(TOPIC_TELEMETRY,))
+    for node, raw in telemetry_messages(gpu_frame(fleet), None, fleet.interval_s):
+        bus.produce(TOPIC_TELEMETRY, node, raw)
+    scored: list[FeatureBatch] = []
+    settings = SETTINGS.model_copy(update={"allowed_lateness_s": 0.0, "poll_max_records": 7})
+    worker = StreamWorker(bus, FeaturePipeline(settings), scored.append)
+    with pytest.raises(TimeoutError):
+        worker.run_once()          # the first tick closes and is published; its commit is refused
+    assert [b.ts for b in scored] == [fleet.t0 + 60] and bus.committed == {}
+    worker.run_once()              # nothing new closes, yet the held offsets go out again
+    assert bus.committed == {(TOPIC_TELEMETRY, 0): 6}
+    worker.drain()
+    assert bus.committed == {(TOPIC_TELEMETRY, 0): 9}
