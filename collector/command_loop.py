@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 #: group allows is sized from it: the broker must not think a busy agent has died.
 MAX_POLL_RECORDS = 8
 _MAX_POLL_INTERVAL_MS = int(MAX_POLL_RECORDS * (RESET_TIMEOUT_S + 10) * 1000)
+#: the most a commit and a close wait on the broker (kafka-python's own default: for ever, while the
+#: group's coordinator does not answer): the loop then logs, backs off and goes on
+BROKER_WAIT_MS = 10_000
 
 
 class CommandConsumer(Protocol):
@@ -40,9 +43,9 @@ class CommandConsumer(Protocol):
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, list[Any]]: ...
 
-    def commit(self) -> None: ...
+    def commit(self, timeout_ms: int | None = None) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, timeout_ms: int | None = None) -> None: ...
 
 
 def command_group(node: str) -> str:
@@ -98,7 +101,7 @@ class CommandLoop:
                 n += 1
         self.handled += n
         try:
-            self._consumer.commit()
+            self._consumer.commit(timeout_ms=BROKER_WAIT_MS)
         except Exception as e:  # noqa: BLE001 - a rebalance or a broker blip: the batch is redelivered
             log.warning("commands: commit failed (%s); these commands may be delivered again", e)
         return n
@@ -130,7 +133,7 @@ class CommandLoop:
     def _drop_consumer(self) -> None:
         if self._consumer is not None:
             try:
-                self._consumer.close()
+                self._consumer.close(timeout_ms=BROKER_WAIT_MS)
             except Exception:  # noqa: BLE001 - already failing; a fresh consumer comes next
                 log.debug("commands: closing a failed consumer raised", exc_info=True)
             self._consumer = None

@@ -8,6 +8,7 @@ crash replays rather than loses data — and a ``KafkaProducer`` for ``gpu.score
 
 from __future__ import annotations
 
+import logging
 from typing import Mapping, Sequence
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -17,6 +18,8 @@ from kafka.structs import TopicPartition as KafkaTP
 
 from pipeline.bus import BusMessage, TopicPartition
 
+
+log = logging.getLogger(__name__)
 
 _FETCH_MAX_BYTES = 16 << 20
 #: the most :meth:`KafkaBus.backlog` waits on the broker for a partition's end offset or position. The
@@ -98,7 +101,13 @@ class KafkaBus:
             out[(tp.topic, tp.partition)] = None if hw is None or pos is None else max(hw - pos, 0)
         return out
 
-    def close(self) -> None:
-        self._producer.flush()
-        self._producer.close()
-        self._consumer.close()
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send what the producer holds and leave the group, each waiting at most *timeout_s* on the broker
+        (during an outage, what was not sent is lost with the process, as on a crash; the offsets of the
+        ticks it belonged to were never committed, so the partition's next owner scores them again)."""
+        try:
+            self._producer.flush(timeout=timeout_s)
+        except KafkaError as e:
+            log.warning("kafka: %s at close; closing anyway", e)
+        self._producer.close(timeout=timeout_s)
+        self._consumer.close(timeout_ms=int(timeout_s * 1000))

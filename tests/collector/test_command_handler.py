@@ -181,10 +181,12 @@ class FakeConsumer:
             raise item
         return {("gpu.commands", 0): [SimpleNamespace(key=k, value=v) for k, v in item]}
 
-    def commit(self) -> None:
+    def commit(self, timeout_ms: int | None = None) -> None:
+        assert timeout_ms is not None, "a commit must not wait on the broker without bound"
         self.commits += 1
 
-    def close(self) -> None:
+    def close(self, timeout_ms: int | None = None) -> None:
+        assert timeout_ms is not None, "a close must not wait on the broker without bound"
         self.closed = True
 
 
