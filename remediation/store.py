@@ -47,6 +47,14 @@ OPEN_STATES = (ActionState.PROPOSED, ActionState.APPROVED, ActionState.EXECUTING
 #: how long a SQLite writer waits for the database lock before failing, ms: longer than any
 #: one transaction of ours (a 1,000-row batch takes tens of ms), short enough to surface a hung peer
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+#: libpq settings a PostgreSQL store gets unless its URL sets them (``?connect_timeout=5``). Without
+#: them a server that accepts the connection and never answers, or a network that drops packets, holds
+#: the caller for minutes (the kernel's TCP timeouts): the engine's tick, which holds the engine's lock,
+#: and the leader's lease renewal among them. A connection attempt gives up after 10 s; a connection
+#: whose peer went silent is found dead within about a minute (TCP keepalives, and unacknowledged sends)
+PG_CONNECT_DEFAULTS: dict[str, int] = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 30,
+                                       "keepalives_interval": 10, "keepalives_count": 3,
+                                       "tcp_user_timeout": 60_000}
 #: batches up to this many records are inserted with RETURNING (exact, fewest round trips)
 _SMALL_BATCH = 50
 #: ids per ``IN (...)`` lookup: far below SQLite's 32,766 bound parameters
@@ -187,7 +195,8 @@ class ActionStore:
             kwargs = {"connect_args": {"check_same_thread": False,
                                        "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
         else:
-            kwargs = {"pool_pre_ping": True}
+            kwargs = {"pool_pre_ping": True,
+                      "connect_args": {k: v for k, v in PG_CONNECT_DEFAULTS.items() if k not in parsed.query}}
         try:
             self._engine: Engine = sa.create_engine(parsed, **kwargs)
         except (sa.exc.ArgumentError, ImportError) as e:

@@ -5,13 +5,15 @@ restarts — the same on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
 
 from remediation.actions import (ENGINE_ACTOR, ActionKind, ActionRecord, ActionState,
                                  InvalidTransition, action_id)
-from remediation.store import VERSION_TABLE, ActionStore, NodeScoreRow, StaleRecord, StoreError
+from remediation.store import (PG_CONNECT_DEFAULTS, VERSION_TABLE, ActionStore, NodeScoreRow, StaleRecord,
+                               StoreError, StoreUnavailable)
 from remediation.tables import METADATA
 
 T0 = 1_800_000_000.0
@@ -321,3 +323,64 @@ def test_an_in_memory_store_works_from_several_threads():
         t.join(timeout=60)
     assert len(s.open_actions()) == 6
     s.close()
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP port that accepts connections and never answers (a hung server, or a network that drops
+    replies): its ``(host, port)``."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    srv.settimeout(0.2)
+    held: list = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(srv.accept())
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield srv.getsockname()
+    stop.set()
+    t.join(timeout=5)
+    for conn, _ in held:
+        conn.close()
+    srv.close()
+
+
+def _first_call(url: str) -> tuple[BaseException | None, float | None]:
+    """(what a first store call raised, seconds it took; ``None`` when it had not returned after 60 s)."""
+    out: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            ActionStore(url).get_setting("armed")
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(timeout=60)
+    return (out[0] if out else None), (None if t.is_alive() else time.monotonic() - t0)
+
+
+def test_a_postgresql_server_that_never_answers_fails_the_call_instead_of_holding_it(silent_server):
+    host, port = silent_server
+    err, took = _first_call(f"postgresql+psycopg://gpuops@{host}:{port}/gpuops")
+    assert took is not None, "a store call waited on a silent server for over a minute"
+    assert isinstance(err, StoreUnavailable) and "timeout" in str(err)
+
+
+def test_a_url_that_sets_its_own_connect_timeout_keeps_it(silent_server):
+    host, port = silent_server
+    err, took = _first_call(f"postgresql+psycopg://gpuops@{host}:{port}/gpuops?connect_timeout=1")
+    assert isinstance(err, StoreUnavailable)
+    assert took is not None and took < PG_CONNECT_DEFAULTS["connect_timeout"] / 2   # its 1 s, not the default 10
