@@ -220,19 +220,25 @@ def private_broker(tmp_path: Path, kafka_bootstrap: str):
         subprocess.run(down + ["--purge"], env=env, capture_output=True, timeout=60)
 
 
-def test_a_broker_restart_loses_no_sample_and_no_tick_becomes_two_actions(private_broker, bundle) -> None:
+def private_worker(bootstrap: str, prefix: str, partitions: int, bundle: ModelBundle) -> tuple[str, ScoringWorker]:
+    """A fresh telemetry topic of *partitions* (and its scores topic) on *bootstrap*, and a warm-from-the-start
+    scoring worker on it."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
-    bootstrap, start, stop = private_broker
-    topic = f"restart-{uuid.uuid4().hex[:6]}"
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, 4, 1), NewTopic(f"{topic}.scores", 1, 1)])
+    admin.create_topics([NewTopic(topic, partitions, 1), NewTopic(f"{topic}.scores", 1, 1)])
     admin.close()
     topics = StreamTopics(telemetry=topic, events=f"{topic}.events", deadletter=f"{topic}.dlq")
+    return topic, ScoringWorker(KafkaBus(bootstrap, "scoring", (topic,)), bundle, SETTINGS, POLICY, worker_id="w1",
+                                scores_topic=f"{topic}.scores", topics=topics, warmup_s=0)
+
+
+def test_a_broker_restart_loses_no_sample_and_no_tick_becomes_two_actions(private_broker, bundle) -> None:
+    bootstrap, start, stop = private_broker
+    topic, worker = private_worker(bootstrap, "restart", 4, bundle)
     nodes = 6
-    worker = ScoringWorker(KafkaBus(bootstrap, "scoring", (topic,)), bundle, SETTINGS, POLICY, worker_id="w1",
-                           scores_topic=f"{topic}.scores", topics=topics, warmup_s=0)
     thread, halt = run_in_thread(worker)
     try:
         produce(bootstrap, topic, fleet_messages(nodes, 0, 60, dbe_from=(2, 40)))
@@ -274,18 +280,10 @@ def test_a_worker_stops_promptly_while_its_broker_is_down(private_broker, bundle
     goes on turning (failed polls logged and retried) and a shutdown ends within seconds. One of the
     topic's partitions never gets a record, so every poll asks the broker for its end offset; a
     commit the coordinator never takes times out instead of waiting for it."""
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
     from kafka.errors import KafkaError
 
     bootstrap, start, stop = private_broker
-    topic = f"outage-{uuid.uuid4().hex[:6]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, 2, 1), NewTopic(f"{topic}.scores", 1, 1)])
-    admin.close()
-    topics = StreamTopics(telemetry=topic, events=f"{topic}.events", deadletter=f"{topic}.dlq")
-    worker = ScoringWorker(KafkaBus(bootstrap, "scoring", (topic,)), bundle, SETTINGS, POLICY, worker_id="w1",
-                           scores_topic=f"{topic}.scores", topics=topics, warmup_s=0)
+    topic, worker = private_worker(bootstrap, "outage", 2, bundle)
     other = KafkaBus(bootstrap, "other", (topic,))
     thread, halt = run_in_thread(worker)
     try:
