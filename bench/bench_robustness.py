@@ -39,7 +39,7 @@ def _one(args: tuple[str, str, str, str | None, str | None, tuple[str, ...]], ob
 
     cfg = load_policy_config(policy)
     bundle = ModelBundle.load(model or default_model_path())
-    alternatives = load_policy_files(compare)
+    alternatives = load_policy_files(compare, cfg)
     result = Replayer(bundle, cfg, observe=observe, alternatives=alternatives).run(path)
     rep = build_report(path, result, {}, cfg)
     out = {"group": group, "name": name, "path": path, "stats": result.stats}

@@ -325,9 +325,15 @@ def load_policy_config(path: str | Path | None) -> PolicyConfig:
 POLICY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
-def load_policy_files(paths: Iterable[str | Path], what: str = "--compare-policy") -> dict[str, PolicyConfig]:
-    """Policy YAML files by their file's stem (the name a compared policy goes by); two of one stem are refused."""
-    return {stem: load_policy_config(path) for stem, path in _by_stem(paths, what)}
+def load_policy_files(paths: Iterable[str | Path], base: PolicyConfig | None = None,
+                      what: str = "--compare-policy") -> dict[str, PolicyConfig]:
+    """Policy YAML files by their file's stem (the name a compared policy goes by), each file's settings over
+    *base* (the policy compared against; ``None``: the defaults), mappings merged key by key
+    (:func:`policy_with`), as ``--remote`` and shadow policies apply them over the service's: a file that sets
+    ``act_sustain_s_by_fault: {ib_link: 300}`` keeps the other classes' sustains. Two of one stem are refused."""
+    base = PolicyConfig() if base is None else base
+    return {stem: policy_with(base, read_settings(path, "policy", PolicyConfigError), str(path))
+            for stem, path in _by_stem(paths, what)}
 
 
 def load_policy_overrides(paths: Iterable[str | Path], what: str = "--compare-policy") -> dict[str, dict[str, Any]]:

@@ -96,7 +96,7 @@ def replay(
         elif trace_features:
             raise ValueError("--trace-features needs --trace NODE[:GPU] (the parts to trace)")
         replayer = Replayer(bundle, cfg, settings, engine=engine, trace=tracer,
-                            alternatives=load_policy_files(compare_policy or []))
+                            alternatives=load_policy_files(compare_policy or [], cfg))
         with Progress(TextColumn("replaying"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
             task = bar.add_task("replay", total=1.0)

@@ -197,6 +197,26 @@ def test_a_policy_with_overrides_merges_mappings_key_by_key_and_names_every_prob
         policy_with(base, {"act_threshold": 2, "no_such": 1}, "alt")
 
 
+def test_a_compared_policy_file_applies_over_the_policy_it_is_compared_with_as_the_service_applies_it(tmp_path):
+    """``gpuops replay --compare-policy`` reads a file as ``--remote`` and shadow policies do: its settings over
+    the policy it is compared with, mappings merged key by key, so naming one class's sustain keeps the
+    others' (a file read from the defaults would have dropped HBM's 900 s and made the comparison wrong)."""
+    from remediation.config import load_policy_files, load_policy_overrides, policy_with
+
+    alt = tmp_path / "ib-300.yaml"
+    alt.write_text("policy:\n  act_sustain_s_by_fault:\n    ib_link: 300\n")
+    base = PolicyConfig(act_threshold=0.8)
+    got = load_policy_files([alt], base)["ib-300"]
+    assert got.sustain_for(FaultClass.IB_LINK) == 300.0 and got.sustain_for(FaultClass.HBM_ECC) == 900.0
+    assert got.sustain_for(FaultClass.POWER) == 420.0 and got.act_threshold == 0.8
+    assert got == policy_with(base, load_policy_overrides([alt])["ib-300"])    # what the service would run
+    assert load_policy_files([alt])["ib-300"].act_threshold == PolicyConfig().act_threshold   # no base: defaults
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy:\n  act_threshold: 2\n")
+    with pytest.raises(PolicyConfigError, match="bad.yaml: act_threshold"):
+        load_policy_files([bad], base)
+
+
 def test_policy_file_overrides_defaults(tmp_path):
     p = tmp_path / "policy.yaml"
     p.write_text("policy:\n  act_threshold: 0.9\n  act_threshold_by_fault: {thermal: 0.5}\n")
