@@ -361,11 +361,11 @@ def _by_stem(paths: Iterable[str | Path], what: str) -> list[tuple[str, Path]]:
 
 def policy_with(base: PolicyConfig, overrides: Mapping[str, Any], what: str = "policy") -> PolicyConfig:
     """*base* with the settings of *overrides* (a policy YAML's mapping) in place of its own; a setting that is a
-    mapping (``actions``, ``act_threshold_by_fault``, ...) is merged key by key. Invalid: :class:`PolicyConfigError`
-    naming *what* and every problem."""
+    mapping (``actions``, ``act_threshold_by_fault``, ...) is merged key by key, and an empty one (``{}``) clears
+    it. Invalid: :class:`PolicyConfigError` naming *what* and every problem."""
     raw = base.model_dump(mode="json")
     for k, v in overrides.items():
-        raw[k] = raw[k] | v if isinstance(v, Mapping) and isinstance(raw.get(k), dict) else v
+        raw[k] = raw[k] | v if isinstance(v, Mapping) and v and isinstance(raw.get(k), dict) else v
     try:
         return PolicyConfig(**raw)
     except ValidationError as e:

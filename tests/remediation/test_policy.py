@@ -211,6 +211,9 @@ def test_a_compared_policy_file_applies_over_the_policy_it_is_compared_with_as_t
     assert got.sustain_for(FaultClass.POWER) == 420.0 and got.act_threshold == 0.8
     assert got == policy_with(base, load_policy_overrides([alt])["ib-300"])    # what the service would run
     assert load_policy_files([alt])["ib-300"].act_threshold == PolicyConfig().act_threshold   # no base: defaults
+    none = tmp_path / "no-sustains.yaml"
+    none.write_text("policy:\n  act_sustain_s_by_fault: {}\n")                       # an empty mapping clears it
+    assert load_policy_files([none], base)["no-sustains"].sustain_for(FaultClass.HBM_ECC) == base.act_sustain_s
     bad = tmp_path / "bad.yaml"
     bad.write_text("policy:\n  act_threshold: 2\n")
     with pytest.raises(PolicyConfigError, match="bad.yaml: act_threshold"):
