@@ -332,8 +332,7 @@ def load_policy_files(paths: Iterable[str | Path], base: PolicyConfig | None = N
     (:func:`policy_with`), as ``--remote`` and shadow policies apply them over the service's: a file that sets
     ``act_sustain_s_by_fault: {ib_link: 300}`` keeps the other classes' sustains. Two of one stem are refused."""
     base = PolicyConfig() if base is None else base
-    return {stem: policy_with(base, read_settings(path, "policy", PolicyConfigError), str(path))
-            for stem, path in _by_stem(paths, what)}
+    return {stem: policy_with(base, raw, str(path)) for stem, path, raw in _settings_by_stem(paths, what)}
 
 
 def load_policy_overrides(paths: Iterable[str | Path], what: str = "--compare-policy") -> dict[str, dict[str, Any]]:
@@ -341,22 +340,22 @@ def load_policy_overrides(paths: Iterable[str | Path], what: str = "--compare-po
     stem: what a service applies over its own policy (``POST /v1/replays`` ``compare_policies``). Each is checked
     over the defaults here, so a typo fails before anything is sent; two of one stem are refused."""
     out: dict[str, dict[str, Any]] = {}
-    for stem, path in _by_stem(paths, what):
-        raw = read_settings(path, "policy", PolicyConfigError)
+    for stem, path, raw in _settings_by_stem(paths, what):
         policy_with(PolicyConfig(), raw, str(path))
         out[stem] = raw
     return out
 
 
-def _by_stem(paths: Iterable[str | Path], what: str) -> list[tuple[str, Path]]:
-    """(stem, path) of each file, the stem being the policy's name; two of one stem are refused."""
+def _settings_by_stem(paths: Iterable[str | Path], what: str) -> list[tuple[str, Path, dict[str, Any]]]:
+    """(stem, path, the settings it sets) of each policy file, the stem being the policy's name; two of one stem
+    are refused before any file is read."""
     out: dict[str, Path] = {}
     for path in map(Path, paths):
         if path.stem in out:
             raise PolicyConfigError(f"{what}: two policy files named {path.stem!r}; a policy is named by its file's "
                                     "stem, so rename one")
         out[path.stem] = path
-    return list(out.items())
+    return [(stem, path, read_settings(path, "policy", PolicyConfigError)) for stem, path in out.items()]
 
 
 def policy_with(base: PolicyConfig, overrides: Mapping[str, Any], what: str = "policy") -> PolicyConfig:

@@ -3,7 +3,8 @@
 For on-call tooling and laptops without the recording or the model: the server replays with its own model
 and policy (``POST /v1/replays``), this command follows the job's progress, then writes the report (and the
 HTML page the server renders) where ``gpuops replay`` would. A ``--compare-policy`` file sends the settings
-it sets, applied over the service's policy (locally they apply over the defaults).
+it sets, applied over the service's policy as a local replay applies them over ``--policy`` (mappings merged
+key by key: :func:`remediation.config.policy_with`).
 """
 
 from __future__ import annotations
