@@ -22,7 +22,10 @@ and reports into the health record through ``Agent.health_extras``.
 
 Failures at run time are classified, logged and counted; the loop goes on (only
 start-up fails fast: building sources and sink). A source failing is counted in
-``health()["source_errors"]`` and the other sources still publish. A message that
+``health()["source_errors"]`` and the other sources still publish. Each source samples
+in its own thread (``collector.source_guard``) and a tick waits for them at most
+``source_wait_s``, so a source that hangs (NVML on a GPU off the bus) holds neither the
+others nor shutdown; what it returns late goes out with a later tick. A message that
 cannot be encoded (a value the wire format cannot carry) is dropped and counted in
 ``health()["tick_errors"]`` under ``encode_telemetry`` / ``encode_event``; the rest of
 the tick is published. Anything else escaping a tick is a bug: logged with its
@@ -47,6 +50,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from collector.agent_settings import AgentSettings
 from collector.sinks.base import OutboundMessage, Sink, SinkRejected, SinkUnavailable
 from collector.sinks.buffer import OutboundBuffer
+from collector.source_guard import GuardedSource, SourceStalled
 from collector.sources.base import Source, SourceBatch, SourceError
 from collector.wire import TelemetryMessage, encode_event, encode_telemetry_as, rows_to_columns
 
@@ -137,22 +141,42 @@ class Agent:
         self.loops: list[Callable[[threading.Event], None]] = [self._publish_loop]
         #: Extra sections of :meth:`health` by name, each a function returning JSON-able counters.
         self.health_extras: dict[str, Callable[[], dict]] = {}
+        #: Each source with the thread that samples it (``collector.source_guard``).
+        self._guards = [GuardedSource(s, self.clock.monotonic) for s in self.sources]
+        #: Seconds a tick waits for its sources: ``source_wait_s``, at most half an interval.
+        self.wait_s = min(settings.source_wait_s, settings.interval_s / 2)
 
     # ------------------------------------------------------------------ sampling
 
-    def tick(self) -> int:
-        """Sample every source once and enqueue this tick's messages; return how many."""
+    def tick(self, wait_s: float | None = None) -> int:
+        """Sample every source once and enqueue this tick's messages; return how many.
+
+        Each source samples in its own thread (``collector.source_guard``); the tick waits for
+        them at most *wait_s* (default: ``source_wait_s``, at most half an interval). A source
+        still running then is left running, and what it returns goes out with a later tick.
+        """
         now = self.clock.time()
+        for g in self._guards:
+            g.start(now)  # one still running from an earlier tick is not asked again
+        deadline = time.monotonic() + (self.wait_s if wait_s is None else wait_s)
         batch = SourceBatch()
-        for src in self.sources:
+        for g in self._guards:
+            stalled, ran_s, sampled_for = g.stall_reported, g.running_s(), g.sampled_for
             try:
-                batch.extend(src.sample(now))
+                got = g.take(deadline - time.monotonic())
             except Exception as e:  # noqa: BLE001 - a broken source must not stop the others
-                self._source_failed(src.name, e)
-            else:
-                if src.name in self._last_source_error:
-                    log.info("source %s recovered", src.name)
-                    del self._last_source_error[src.name]
+                self._source_failed(g.name, e)
+                continue
+            if got is None:
+                self._source_running(g)
+                continue
+            batch.extend(got)
+            if stalled:
+                log.warning("source %s returned after %.0f s; what it sampled for %.0f goes out with this tick",
+                            g.name, ran_s, sampled_for)
+            if g.name in self._last_source_error:
+                log.info("source %s recovered", g.name)
+                del self._last_source_error[g.name]
         self.ticks += 1
         msgs = self.encode(self._batched(batch, now), now)
         for m in msgs:
@@ -233,6 +257,14 @@ class Agent:
             log.error("%s failed (%d so far): %s%s", stage, n, text, f"; {detail}" if detail else "",
                       exc_info=stage == "tick")  # encoding errors have a known cause; anything else is a bug
         self._last_tick_error[stage] = text
+
+    def _source_running(self, g: GuardedSource) -> None:
+        """*g*'s call missed its tick: report it stalled once it has run ``source_stall_s``."""
+        if not g.stall_reported and g.running_s() >= self.settings.source_stall_s:
+            g.stall_reported = True
+            self._source_failed(g.name, SourceStalled(
+                f"{g.name}: sample() has not returned for {g.running_s():.0f} s; the other sources go on, "
+                "and it is not asked again until it returns"))
 
     def _source_failed(self, name: str, e: Exception) -> None:
         self.source_errors[name] += 1
@@ -344,8 +376,16 @@ class Agent:
             self.shutdown()
 
     def run_once(self) -> bool:
-        """``--once``: one tick, publish it (bounded by the shutdown timeout), close."""
-        self.tick()
+        """``--once``: one tick, publish it (bounded by the shutdown timeout), close.
+
+        The tick waits up to ``source_stall_s`` for its sources; one that has not returned by
+        then is counted as failed (there is no later tick to carry its result).
+        """
+        self.tick(wait_s=self.settings.source_stall_s)
+        for g in self._guards:
+            if g.busy:
+                self._source_failed(g.name, SourceStalled(
+                    f"{g.name}: sample() did not return within {self.settings.source_stall_s:g} s"))
         self.flush_held()
         try:
             return self.flush(self.settings.shutdown_flush_timeout_s)
@@ -353,7 +393,22 @@ class Agent:
             self.close()
 
     def shutdown(self) -> None:
-        """Publish held rows and the backlog for at most ``shutdown_flush_timeout_s``, then close."""
+        """Publish held rows and the backlog for at most ``shutdown_flush_timeout_s``, then close.
+
+        A source that returned after the last tick has its batch published too.
+        """
+        late = SourceBatch()
+        for g in self._guards:
+            try:
+                got = g.take(0.0)
+            except Exception as e:  # noqa: BLE001 - stopping; count it like any failed sample
+                self._source_failed(g.name, e)
+                continue
+            if got is not None:
+                late.extend(got)
+        if late:
+            for m in self.encode(late, self.clock.time()):
+                self.buffer.put(m)
         self.flush_held()
         self._retry_at = 0.0
         if not self.flush(self.settings.shutdown_flush_timeout_s):
@@ -362,11 +417,12 @@ class Agent:
 
     def close(self) -> None:
         """Close sources and sink; write a last health record."""
-        for src in self.sources:
+        for g in self._guards:
             try:
-                src.close()
+                if not g.close():
+                    log.warning("source %s: not closed, its call of %.0f s has not returned", g.name, g.running_s())
             except Exception:  # noqa: BLE001 - closing; nothing left to save
-                log.debug("closing source %s failed", src.name, exc_info=True)
+                log.debug("closing source %s failed", g.name, exc_info=True)
         self.sink.close()
         self.write_health()
 
@@ -382,6 +438,7 @@ class Agent:
                 "buffer_bytes": self.buffer.bytes, "dropped_total": self.buffer.dropped,
                 "rejected_total": self.rejected, "source_errors": dict(self.source_errors),
                 "tick_errors": dict(self.tick_errors), "held_ticks": self._held_ticks,
+                "sources_running_s": {g.name: round(g.running_s(), 1) for g in self._guards if g.busy},
             } | {name: extra() for name, extra in self.health_extras.items()}
 
     def write_health(self) -> None:

@@ -75,6 +75,15 @@ class AgentSettings(BaseSettings):
     redfish_password_file: Path | None = Field(None, description=(
         "File holding the Redfish password (first line, mode 600); else $REDFISH_PASSWORD."))
 
+    source_wait_s: float = Field(2.0, gt=0, description=(
+        "Seconds a tick waits for its sources, each sampling in its own thread (at most half of interval_s). "
+        "NVML answers 8 GPUs in ~10 ms and sysfs in ~2 ms, so 2 s only binds on a source that is stuck or a slow "
+        "BMC; its result then goes out with a later tick (rows keep their own ts) instead of holding the others."))
+    source_stall_s: float = Field(30.0, gt=0, description=(
+        "Seconds after which a source's call that has not returned is reported stalled (logged, counted in "
+        "source_errors, shown in the health record). A GPU off the bus can hold NVML for minutes; BMC sources "
+        "bound each request at bmc_timeout_s (10 s) and make two or three a sample, so 30 s means stuck, not slow. "
+        "Also how long --once waits for its sources."))
     buffer_max_messages: int = Field(2160, ge=1, description=(
         "Messages held while Kafka is unreachable. 2160 = 6 h of ticks at 10 s (a broker upgrade or an "
         "overnight outage) plus their events."))

@@ -1,0 +1,178 @@
+"""A source that hangs (NVML on a GPU off the bus) holds neither the other sources nor shutdown.
+
+Each source samples in its own thread (``collector.source_guard``). These tests block a fake
+source on an event, step the agent's clock by hand, and release it; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from collector.agent import Agent
+from collector.agent_settings import AgentSettings
+from collector.source_guard import GuardedSource
+from collector.sources.base import SourceBatch
+from collector.wire import TOPIC_EVENTS, decode_event, decode_telemetry
+from fakes import CountingSource, FakeClock
+from test_agent import FakeSink
+
+
+class HangingSource:
+    """Samples like NVML on a lost GPU: the first call blocks until ``release`` is set."""
+
+    name = "nvml"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.calls: list[float] = []
+        self.closed = False
+
+    def sample(self, now: float) -> SourceBatch:
+        self.calls.append(now)
+        self.entered.set()
+        self.release.wait()
+        return SourceBatch(gpu=[{"ts": now, "node": "gpu-node-001", "gpu": 7, "util_gpu": 0.0, "seq": -1}],
+                           events=[{"ts": now, "node": "gpu-node-001", "gpu": 7, "source": "nvml", "kind": "xid",
+                                    "code": 79, "message": "GPU has fallen off the bus"}])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _agent(clock: FakeClock, *sources, **kw) -> tuple[Agent, FakeSink]:
+    settings = dict(node="gpu-node-001", interval_s=10.0, health_file=None, source_wait_s=0.05, source_stall_s=30.0)
+    sink = FakeSink()
+    return Agent(AgentSettings(**{**settings, **kw}), list(sources), sink, clock=clock), sink
+
+
+def _gpu_rows(sink: FakeSink) -> list[tuple[float, int]]:
+    out = []
+    for m in sink.delivered:
+        if m.topic != TOPIC_EVENTS:
+            t = decode_telemetry(m.value)
+            out += list(zip(t.gpu["ts"], t.gpu["seq"]))
+    return out
+
+
+@pytest.fixture()
+def hanging() -> HangingSource:
+    src = HangingSource()
+    yield src
+    src.release.set()  # never leave a test's thread blocked
+
+
+def test_a_hanging_source_holds_neither_the_other_sources_nor_the_next_ticks(fake_clock: FakeClock,
+                                                                           hanging: HangingSource) -> None:
+    counting = CountingSource()
+    agent, sink = _agent(fake_clock, hanging, counting)
+    t0 = fake_clock.time()
+    for _ in range(3):
+        agent.tick()
+        agent.publish_pending()
+        fake_clock.advance(10)
+    assert _gpu_rows(sink) == [(t0, 0), (t0 + 10, 1), (t0 + 20, 2)]
+    assert hanging.calls == [t0]  # asked once: a call in flight is never stacked behind
+    health = agent.health()
+    assert health["sources_running_s"] == {"nvml": 30.0}
+    assert health["source_errors"] == {}  # running 20 s at the last tick: late, not yet stalled
+
+
+def test_a_call_past_source_stall_s_is_reported_once_and_its_late_result_is_published(
+        fake_clock: FakeClock, hanging: HangingSource, caplog: pytest.LogCaptureFixture) -> None:
+    agent, sink = _agent(fake_clock, hanging, CountingSource())
+    t0 = fake_clock.time()
+    agent.tick()
+    fake_clock.advance(40)
+    with caplog.at_level(logging.WARNING, logger="collector.agent"):
+        agent.tick()
+        agent.tick()
+    assert agent.health()["source_errors"] == {"nvml": 1}
+    assert sum("has not returned for 40 s" in r.getMessage() for r in caplog.records) == 1
+
+    hanging.release.set()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="collector.agent"):
+        agent.tick()
+    while agent.publish_pending() and len(agent.buffer):
+        pass
+    # the GPU row keeps the time it was sampled for; the XID it read is not lost
+    assert (t0, -1) in _gpu_rows(sink)
+    xids = [decode_event(m.value) for m in sink.delivered if m.topic == TOPIC_EVENTS]
+    assert [(e["code"], e["ts"]) for e in xids] == [(79, t0)]
+    assert any("returned after 40 s" in r.getMessage() for r in caplog.records)
+    assert agent.health()["sources_running_s"] == {}
+
+    agent.tick()  # sampled again, normally, and nothing more is counted
+    assert hanging.calls == [t0, t0 + 40]
+    assert agent.health()["source_errors"] == {"nvml": 1}
+
+
+def test_shutdown_closes_the_other_sources_without_waiting_for_a_hung_one(fake_clock: FakeClock,
+                                                                         hanging: HangingSource) -> None:
+    counting = CountingSource()
+    agent, sink = _agent(fake_clock, hanging, counting, shutdown_flush_timeout_s=0.0)
+    agent.tick()
+    assert hanging.entered.wait(5)
+    started = time.monotonic()
+    agent.shutdown()
+    assert time.monotonic() - started < 2.0  # not the 5 s a close waits for a source that answers
+    assert counting.closed and sink.closed
+    assert not hanging.closed  # never called beside a call that has not returned
+
+
+def test_shutdown_publishes_a_batch_that_returned_after_the_last_tick(fake_clock: FakeClock,
+                                                                      hanging: HangingSource) -> None:
+    agent, sink = _agent(fake_clock, hanging)
+    t0 = fake_clock.time()
+    agent.tick()
+    hanging.release.set()
+    guard = agent._guards[0]
+    assert guard._call is not None and guard._call.done.wait(5)
+    agent.shutdown()
+    assert _gpu_rows(sink) == [(t0, -1)]
+    assert hanging.closed
+
+
+def test_once_waits_source_stall_s_then_counts_the_source_that_did_not_return(fake_clock: FakeClock,
+                                                                             hanging: HangingSource) -> None:
+    agent, sink = _agent(fake_clock, hanging, CountingSource(), source_stall_s=0.2)
+    assert agent.run_once()
+    assert _gpu_rows(sink) == [(fake_clock.time(), 0)]
+    assert agent.health()["source_errors"] == {"nvml": 1}
+
+
+def test_a_source_error_raised_in_its_thread_reaches_the_tick_and_the_next_call_goes_out() -> None:
+    class Flaky:
+        name = "dcgm"
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        def sample(self, now: float) -> SourceBatch:
+            self.n += 1
+            if self.n == 1:
+                raise ConnectionResetError("exporter went away")
+            return SourceBatch(gpu=[{"ts": now}])
+
+        def close(self) -> None:
+            pass
+
+    guard = GuardedSource(Flaky())
+    assert guard.start(1.0)
+    with pytest.raises(ConnectionResetError, match="exporter went away"):
+        guard.take(5)
+    assert not guard.busy and guard.start(2.0)
+    assert guard.take(5).gpu == [{"ts": 2.0}]
+    assert guard.close() and guard.close()  # closing twice is safe
+
+
+def test_the_tick_waits_at_most_half_an_interval_for_its_sources() -> None:
+    agent = Agent(AgentSettings(node="n", interval_s=1.0, health_file=None, source_wait_s=2.0), [], FakeSink())
+    assert agent.wait_s == 0.5
+    agent = Agent(AgentSettings(node="n", interval_s=10.0, health_file=None), [], FakeSink())
+    assert agent.wait_s == 2.0
