@@ -17,9 +17,16 @@ from __future__ import annotations
 import subprocess
 from typing import Any, Callable, Sequence
 
+from collector.call_thread import CallThread
+
 #: Seconds one reset may take. A reset finishes in a few seconds; 120 s covers a slow
 #: driver teardown on an 8-GPU node, and the command's expiry is longer still.
 RESET_TIMEOUT_S = 120.0
+
+#: Seconds one NVML call of a command (count the GPUs, list a GPU's processes) may take. They
+#: answer in milliseconds; a GPU off the bus can hold the driver for minutes, and a command loop
+#: stuck in NVML would answer no command after it.
+NVML_TIMEOUT_S = 10.0
 
 
 class GpuOpsError(RuntimeError):
@@ -53,11 +60,15 @@ class NvmlGpuOps:
     """:class:`~collector.command_handler.GpuOps` on a real node: NVML processes, nvidia-smi reset.
 
     *nvml* is the ``pynvml`` module (or the tests' fake), already initialised by the NVML
-    source or initialised here; *run* runs nvidia-smi (``subprocess.run``).
+    source or initialised here; *run* runs nvidia-smi (``subprocess.run``). Each NVML call
+    runs in one thread of its own (:class:`~collector.call_thread.CallThread`) and is waited
+    for at most *nvml_timeout_s*: one that does not answer fails its command with
+    :class:`GpuOpsError`, and until it returns every later call fails at once, so the
+    command loop goes on answering.
     """
 
     def __init__(self, nvml: Any = None, *, nvidia_smi: str = "nvidia-smi", timeout_s: float = RESET_TIMEOUT_S,
-                 run: Runner = subprocess.run) -> None:
+                 run: Runner = subprocess.run, nvml_timeout_s: float = NVML_TIMEOUT_S) -> None:
         if nvml is None:
             from collector.sources.nvml import _import_pynvml  # the same import and message as the source
 
@@ -68,11 +79,24 @@ class NvmlGpuOps:
                 raise GpuOpsError(f"NVML cannot start ({e}): GPU reset commands need the NVIDIA driver") from None
         self._nvml = nvml
         self.nvidia_smi, self.timeout_s, self._run = nvidia_smi, timeout_s, run
+        self.nvml_timeout_s = nvml_timeout_s
+        self._calls = CallThread("gpuops-commands-nvml")
+
+    def _bounded(self, what: str, fn: Callable[[], Any]) -> Any:
+        """*fn*'s value, or :class:`GpuOpsError` when NVML does not answer in ``nvml_timeout_s``."""
+        if self._calls.busy and not self._calls.returned:
+            raise GpuOpsError(f"cannot {what}: NVML has not answered an earlier call for "
+                              f"{self._calls.running_s():.0f} s (a GPU off the bus can hold the driver)")
+        done, value = self._calls.call(fn, self.nvml_timeout_s)
+        if not done:
+            raise GpuOpsError(f"cannot {what}: NVML did not answer within {self.nvml_timeout_s:g} s "
+                              "(a GPU off the bus can hold the driver)")
+        return value
 
     def gpu_count(self) -> int:
         """GPUs NVML sees on this node."""
         try:
-            return int(self._nvml.nvmlDeviceGetCount())
+            return int(self._bounded("count GPUs", self._nvml.nvmlDeviceGetCount))
         except self._nvml.NVMLError as e:
             raise GpuOpsError(f"NVML cannot count GPUs: {e}") from None
 
@@ -80,7 +104,9 @@ class NvmlGpuOps:
         """PIDs of the compute processes on GPU *gpu* (``nvmlDeviceGetComputeRunningProcesses``)."""
         m = self._nvml
         try:
-            procs: Sequence[Any] = m.nvmlDeviceGetComputeRunningProcesses(m.nvmlDeviceGetHandleByIndex(gpu))
+            procs: Sequence[Any] = self._bounded(
+                f"list the processes on GPU {gpu}",
+                lambda: m.nvmlDeviceGetComputeRunningProcesses(m.nvmlDeviceGetHandleByIndex(gpu)))
         except m.NVMLError as e:
             raise GpuOpsError(f"NVML cannot list the processes on GPU {gpu}: {e}") from None
         return sorted(int(p.pid) for p in procs)

@@ -19,6 +19,7 @@ from collector.sources.base import SourceBatch
 from collector.wire import TOPIC_EVENTS, decode_event, decode_telemetry
 from fakes import CountingSource, FakeClock
 from test_agent import FakeSink
+from tests.helpers import wait_until
 
 
 class HangingSource:
@@ -131,8 +132,7 @@ def test_shutdown_publishes_a_batch_that_returned_after_the_last_tick(fake_clock
     t0 = fake_clock.time()
     agent.tick()
     hanging.release.set()
-    guard = agent._guards[0]
-    assert guard._call is not None and guard._call.done.wait(5)
+    wait_until(lambda: agent._guards[0]._thread.returned, timeout_s=5)
     agent.shutdown()
     assert _gpu_rows(sink) == [(t0, -1)]
     assert hanging.closed

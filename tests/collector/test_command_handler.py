@@ -20,6 +20,7 @@ from collector.gpu_reset import GpuOpsError, NvmlGpuOps, reset_gpu
 from fake_nvml import FakeGpu, FakeNvml
 from fakes import CountingSource, FakeClock
 from test_agent import FakeSink
+from tests.helpers import wait_until
 
 KEY = b"s" * 32
 NODE = "gpu-node-001"
@@ -72,6 +73,33 @@ def test_an_nvml_error_listing_processes_fails_the_command_not_the_agent(node: N
     node.nvml.gpus[1].failing["nvmlDeviceGetComputeRunningProcesses"] = 15  # NVML_ERROR_GPU_IS_LOST
     result = node.handler.handle(sign(_command(), KEY))
     assert result.status is ResultStatus.FAILED and result.code == "gpu_check_failed" and not node.nvml.resets
+
+
+def test_nvml_that_does_not_answer_fails_the_command_and_the_next_ones_at_once_until_it_returns(
+        node: Node) -> None:
+    release = threading.Event()
+    listing = node.nvml.nvmlDeviceGetComputeRunningProcesses
+
+    def hung(handle):  # NVML on a node whose GPU fell off the bus
+        release.wait()
+        return listing(handle)
+
+    node.nvml.nvmlDeviceGetComputeRunningProcesses = hung
+    node.handler.gpu_ops = NvmlGpuOps(node.nvml, run=node.nvml.nvidia_smi, nvml_timeout_s=0.05)
+    try:
+        first = node.handler.handle(sign(_command(id="act-0001", nonce="0" * 32), KEY))
+        second = node.handler.handle(sign(_command(id="act-0002", nonce="1" * 32), KEY))
+    finally:
+        release.set()
+    assert first.status is ResultStatus.FAILED and first.code == "gpu_check_failed"
+    assert "NVML did not answer within 0.05 s" in first.detail
+    # the NVML thread is still in the first call: the second is refused at once, the loop goes on
+    assert second.status is ResultStatus.FAILED and "has not answered an earlier call" in second.detail
+    assert not node.nvml.resets
+    node.nvml.nvmlDeviceGetComputeRunningProcesses = listing
+    wait_until(lambda: node.handler.gpu_ops._calls.returned, timeout_s=5)  # the hung call came back
+    third = node.handler.handle(sign(_command(id="act-0003", nonce="2" * 32), KEY))
+    assert third.status is ResultStatus.SUCCEEDED and node.nvml.resets == {1: 1}
 
 
 @pytest.mark.parametrize("make, reason, answered", [
