@@ -81,11 +81,12 @@ class CallThread:
         self._requests.put(self._call)
         return True
 
-    def take(self, timeout_s: float) -> tuple[bool, Any]:
+    def take(self, timeout_s: float | None) -> tuple[bool, Any]:
         """``(True, value)`` once the call has returned, raising what it raised; ``(False, None)``
-        if it has not after *timeout_s* (or none was started). A result is handed over once."""
+        if it has not after *timeout_s* (None: wait for it; or none was started). A result is
+        handed over once."""
         call = self._call
-        if call is None or not call.done.wait(max(0.0, timeout_s)):
+        if call is None or not call.done.wait(None if timeout_s is None else max(0.0, timeout_s)):
             return False, None
         self._call = None
         if call.error is not None:

@@ -14,10 +14,13 @@ is passed on word for word in the result's detail.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from typing import Any, Callable, Sequence
 
 from collector.call_thread import CallThread
+
+log = logging.getLogger(__name__)
 
 #: Seconds one reset may take. A reset finishes in a few seconds; 120 s covers a slow
 #: driver teardown on an 8-GPU node, and the command's expiry is longer still.
@@ -69,18 +72,21 @@ class NvmlGpuOps:
 
     def __init__(self, nvml: Any = None, *, nvidia_smi: str = "nvidia-smi", timeout_s: float = RESET_TIMEOUT_S,
                  run: Runner = subprocess.run, nvml_timeout_s: float = NVML_TIMEOUT_S) -> None:
+        self.nvidia_smi, self.timeout_s, self._run = nvidia_smi, timeout_s, run
+        self.nvml_timeout_s = nvml_timeout_s
+        self._calls = CallThread("gpuops-commands-nvml")
         if nvml is None:
             from collector.sources.nvml import _import_pynvml  # the same import and message as the source
 
             nvml = _import_pynvml()
             try:
-                nvml.nvmlInit()
+                started, _ = self._calls.call(nvml.nvmlInit, nvml_timeout_s)
             except nvml.NVMLError as e:
                 raise GpuOpsError(f"NVML cannot start ({e}): GPU reset commands need the NVIDIA driver") from None
+            if not started:  # the agent still starts: its telemetry matters more than its resets
+                log.warning("NVML has not started within %g s (a GPU off the bus can hold the driver); GPU reset "
+                            "commands fail as gpu_check_failed until it answers", nvml_timeout_s)
         self._nvml = nvml
-        self.nvidia_smi, self.timeout_s, self._run = nvidia_smi, timeout_s, run
-        self.nvml_timeout_s = nvml_timeout_s
-        self._calls = CallThread("gpuops-commands-nvml")
 
     def _bounded(self, what: str, fn: Callable[[], Any]) -> Any:
         """*fn*'s value, or :class:`GpuOpsError` when NVML does not answer in ``nvml_timeout_s``."""

@@ -23,7 +23,7 @@ not answering).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from collector.call_thread import CallThread
 from collector.sources.base import Source, SourceBatch, SourceError
@@ -34,6 +34,50 @@ CLOSE_WAIT_S = 5.0
 
 class SourceStalled(SourceError):
     """A source's call has not returned for longer than the agent's ``source_stall_s``."""
+
+
+class StartingSource:
+    """A source whose start did not finish in time (NVML's init on a node whose GPU is off the bus).
+
+    The agent starts without waiting for it; its first :meth:`sample`, in its guard's thread,
+    waits for the start to finish and then samples, so until then it is a call that has not
+    returned: reported stalled, and holding nothing else. A start that fails later fails every
+    sample with its error.
+    """
+
+    def __init__(self, name: str, starting: CallThread, source_of: Callable[[Any], Source] = lambda v: v) -> None:
+        self.name = name
+        self._starting = starting
+        self._source_of = source_of
+        self._source: Source | None = None
+        self._error: SourceError | None = None
+
+    def sample(self, now: float) -> SourceBatch:
+        if self._source is None and self._error is None:
+            try:
+                _, built = self._starting.take(None)
+                self._source = self._source_of(built)
+            except Exception as e:  # noqa: BLE001 - whatever the start raised, every sample reports it
+                self._error = SourceError(f"{self.name} did not start: {type(e).__name__}: {e}")
+                self._starting.stop()
+        if self._error is not None:
+            raise self._error
+        self._starting.stop()
+        return self._source.sample(now)
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+
+
+def start_bounded(name: str, build: Callable[[], Any], wait_s: float,
+                  source_of: Callable[[Any], Source] = lambda v: v) -> tuple[bool, Any]:
+    """``(True, build())`` when it returns within *wait_s* (raising what it raises); else
+    ``(False, StartingSource)`` that takes over the start still running (*source_of* picks the
+    source out of what *build* returns)."""
+    starting = CallThread(f"gpuops-source-{name}-start")
+    done, value = starting.call(build, wait_s)
+    return (True, value) if done else (False, StartingSource(name, starting, source_of))
 
 
 class GuardedSource:

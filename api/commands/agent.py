@@ -54,10 +54,9 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
     sources: list[Any] = []
     try:
         if "nvml" in names:
-            from collector.sources.nvml import NvmlSource
-            nv = NvmlSource(settings.node, nvml=nvml)
+            nv, index = _start_nvml(settings, nvml)
             sources.append(nv)
-            options = dataclasses.replace(options, gpu_index_by_pci=nv.gpu_index_by_pci())
+            options = dataclasses.replace(options, gpu_index_by_pci=index)
         rest = build_sources([n for n in names if n != "nvml"], options)
         by_name = {s.name: s for s in sources + rest}
         sources = [by_name[n] for n in names]
@@ -73,6 +72,26 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
             s.close()
         raise
     return the_agent
+
+
+def _start_nvml(settings: Any, nvml: Any) -> tuple[Any, dict[str, int]]:
+    """``(NvmlSource, its PCI map)``; or, when NVML has not started within ``source_stall_s`` (a GPU
+    off the bus can hold the driver for minutes), a source that joins once it has: the agent
+    starts the other sources meanwhile, and the kernel log maps XIDs to GPUs in sysfs PCI order.
+    A start that fails in time (no driver) raises, as any source that cannot start does."""
+    from collector.source_guard import start_bounded
+    from collector.sources.nvml import NvmlSource
+
+    def build() -> tuple[Any, dict[str, int]]:
+        nv = NvmlSource(settings.node, nvml=nvml)
+        return nv, nv.gpu_index_by_pci()
+
+    done, got = start_bounded("nvml", build, settings.source_stall_s, source_of=lambda built: built[0])
+    if done:
+        return got
+    log.warning("NVML has not started within %g s (a GPU off the bus can hold the driver); starting the other "
+                "sources, nvml joins when it answers", settings.source_stall_s)
+    return got, {}
 
 
 def agent(

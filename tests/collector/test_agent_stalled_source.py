@@ -12,11 +12,13 @@ import time
 
 import pytest
 
+from api.commands.agent import compose_agent
 from collector.agent import Agent
 from collector.agent_settings import AgentSettings
 from collector.source_guard import GuardedSource
-from collector.sources.base import SourceBatch
+from collector.sources.base import SourceBatch, SourceError
 from collector.wire import TOPIC_EVENTS, decode_event, decode_telemetry
+from fake_nvml import FakeGpu, FakeNvml
 from fakes import CountingSource, FakeClock
 from test_agent import FakeSink
 from tests.helpers import wait_until
@@ -176,3 +178,64 @@ def test_the_tick_waits_at_most_half_an_interval_for_its_sources() -> None:
     assert agent.wait_s == 0.5
     agent = Agent(AgentSettings(node="n", interval_s=10.0, health_file=None), [], FakeSink())
     assert agent.wait_s == 2.0
+
+
+class HangingInitNvml(FakeNvml):
+    """NVML whose init blocks until ``release`` is set (a driver held by a GPU off the bus)."""
+
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        super().__init__(gpus)
+        self.release = threading.Event()
+
+    def nvmlInit(self) -> None:
+        self.release.wait()
+        super().nvmlInit()
+
+
+def test_an_agent_whose_nvml_hangs_at_start_starts_the_other_sources_and_nvml_joins_when_it_answers(
+        tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    kmsg = tmp_path / "kern.log"
+    kmsg.write_text("")
+    nvml = HangingInitNvml([FakeGpu(pci_bus_id="00000000:18:00.0")])
+    settings = AgentSettings(node="gpu-node-001", sources="nvml,kmsg", kmsg_file=kmsg, health_file=None,
+                             source_wait_s=0.05, source_stall_s=0.1)
+    sink = FakeSink()
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpuops.agent"):
+            agent = compose_agent(settings, nvml=nvml, sink=sink)
+        assert "NVML has not started within 0.1 s" in caplog.text
+        with kmsg.open("a") as f:
+            f.write("[ 100.0] NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=x, GPU has fallen off the bus.\n")
+        agent.tick()
+        agent.publish_pending()
+        xids = [decode_event(m.value) for m in sink.delivered if m.topic == TOPIC_EVENTS]
+        assert [e["code"] for e in xids] == [79]  # the kernel log went out while NVML was still starting
+        assert _gpu_rows(sink) == [] and "nvml" in agent.health()["sources_running_s"]
+    finally:
+        nvml.release.set()
+    wait_until(lambda: agent._guards[0]._thread.returned, timeout_s=5)
+    agent.tick()
+    agent.tick()
+    agent.publish_pending()
+    assert {m.topic for m in sink.delivered} == {TOPIC_EVENTS, agent.settings.telemetry_topic}
+    rows = [decode_telemetry(m.value).gpu for m in sink.delivered if m.topic != TOPIC_EVENTS]
+    assert [r["gpu"] for r in rows] == [[0], [0]]  # NVML joined: a GPU row from each tick since
+    agent.close()
+
+
+def test_nvml_that_fails_to_start_after_the_wait_fails_its_samples_with_the_reason() -> None:
+    from collector.source_guard import start_bounded
+
+    release = threading.Event()
+
+    def build():
+        release.wait()
+        raise RuntimeError("NVML_ERROR_DRIVER_NOT_LOADED")
+
+    done, source = start_bounded("nvml", build, 0.01)
+    assert not done
+    release.set()
+    for _ in range(2):
+        with pytest.raises(SourceError, match="nvml did not start: RuntimeError: NVML_ERROR_DRIVER_NOT_LOADED"):
+            source.sample(1.0)
+    source.close()

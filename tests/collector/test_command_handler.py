@@ -284,3 +284,24 @@ def test_commands_need_a_key_file_and_refuse_a_world_readable_one(tmp_path: Path
     with pytest.raises(CommandKeyError, match="chmod 600"):
         attach_commands(agent, NvmlGpuOps(FakeNvml([FakeGpu()])), consumer_factory=lambda: FakeConsumer([]))
     assert AgentSettings(node=NODE).commands_enabled is False
+
+
+def test_nvml_that_hangs_at_start_does_not_stop_the_agent_and_commands_work_once_it_answers(
+        monkeypatch: pytest.MonkeyPatch, fake_clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    nvml = FakeNvml([FakeGpu(pci_bus_id=f"00000000:{0x18 + i:02x}:00.0") for i in range(4)])
+    release, init = threading.Event(), nvml.nvmlInit
+    nvml.nvmlInit = lambda: (release.wait(), init())
+    monkeypatch.setattr("collector.sources.nvml._import_pynvml", lambda: nvml)
+    try:
+        with caplog.at_level(logging.WARNING, logger="collector.gpu_reset"):
+            ops = NvmlGpuOps(run=nvml.nvidia_smi, nvml_timeout_s=0.05)
+        assert "NVML has not started within 0.05 s" in caplog.text
+        results: list[CommandResult] = []
+        handler = CommandHandler(NODE, KEY, ops, fake_clock, results.append)
+        first = handler.handle(sign(_command(), KEY))
+        assert first.code == "gpu_check_failed" and "has not answered an earlier call" in first.detail
+    finally:
+        release.set()
+    wait_until(lambda: ops._calls.returned, timeout_s=5)
+    second = handler.handle(sign(_command(id="act-0002", nonce="1" * 32), KEY))
+    assert second.status is ResultStatus.SUCCEEDED and nvml.resets == {1: 1}
