@@ -110,7 +110,10 @@ def test_a_bmc_that_does_not_answer_is_a_source_error_and_the_other_sources_stil
     dead = IpmiSource("gpu-node-001", "127.0.0.1", 16299, "gpuops", "x", tmp_path / "s.json", timeout_s=3)
     dead_rf = RedfishSource("gpu-node-001", "http://127.0.0.1:16298", timeout_s=2)
     sink = FakeSink()
-    agent = Agent(AgentSettings(node="gpu-node-001", health_file=None), [dead, dead_rf, CountingSource()], sink)
+    # a tick waits for its sources at most source_wait_s (2 s by default): here long enough for the dead BMCs'
+    # own timeouts (3 s, 2 s), so their failures are counted in the tick that asked
+    agent = Agent(AgentSettings(node="gpu-node-001", health_file=None, source_wait_s=5),
+                  [dead, dead_rf, CountingSource()], sink)
     agent.tick()
     agent.publish_pending()
     assert agent.source_errors["ipmi"] == 1 and agent.source_errors["redfish"] == 1
