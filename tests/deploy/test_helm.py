@@ -11,6 +11,7 @@ import ast
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,30 @@ def test_agent_env_names_only_real_agent_settings_and_mounts_host_paths_read_onl
             assert m["readOnly"] is True, m
     assert c["securityContext"]["privileged"] is False and c["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert c["args"] == ["agent"]
+
+
+@pytest.mark.parametrize("interval_s, stale_after_s", [(10, 125), (60, 245)])
+def test_the_agents_liveness_probe_passes_on_a_fresh_health_file_and_fails_on_a_stale_or_missing_one(
+        helm: str, tmp_path: Path, interval_s: int, stale_after_s: int) -> None:
+    ds = by_kind(render(helm, "--set", f"agent.interval_s={interval_s}"), "DaemonSet")[0]["spec"]["template"]["spec"]
+    probe = ds["containers"][0]["livenessProbe"]["exec"]["command"]
+    health = tmp_path / "health.json"
+    command = [part.replace("/run/gpuops-agent/health.json", str(health)) for part in probe]
+    assert command != probe  # the probe reads the file the agent's env names
+    env = {e["name"]: e.get("value") for e in ds["containers"][0]["env"]}
+    assert env["GPUOPS_AGENT_HEALTH_FILE"] == "/run/gpuops-agent/health.json"
+
+    def alive() -> bool:
+        return subprocess.run(command, capture_output=True, timeout=30).returncode == 0
+
+    assert not alive()  # no file yet
+    health.write_text("{}")
+    assert alive()
+    now = time.time()
+    os.utime(health, (now - 3 * interval_s - 20, now - 3 * interval_s - 20))  # 3 intervals + 20 s: still alive
+    assert alive()
+    os.utime(health, (now - stale_after_s, now - stale_after_s))
+    assert not alive()
 
 
 # the adapter's CoreV1Api calls -> the (resource, verb) the ClusterRole must grant
