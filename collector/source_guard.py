@@ -59,10 +59,10 @@ class StartingSource:
                 self._source = self._source_of(built)
             except Exception as e:  # noqa: BLE001 - whatever the start raised, every sample reports it
                 self._error = SourceError(f"{self.name} did not start: {type(e).__name__}: {e}")
-                self._starting.stop()
+            finally:
+                self._starting.stop()  # its one call is over
         if self._error is not None:
             raise self._error
-        self._starting.stop()
         return self._source.sample(now)
 
     def close(self) -> None:
