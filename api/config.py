@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from collector.commands import TOPIC_COMMANDS
 from collector.wire import TOPIC_DEADLETTER, TOPIC_EVENTS, TOPIC_SCORES, TOPIC_TELEMETRY
-from remediation.config import POLICY_NAME, PolicyConfig, PolicyConfigError, policy_with
+from remediation.config import POLICY_NAME, PolicyConfig, PolicyConfigError, merged_over, policy_with
 from remediation.safety import SafetyConfig
 
 Role = Literal["viewer", "operator", "admin"]
@@ -152,7 +153,8 @@ class ServiceConfig(BaseSettings):
     replica: str = Field(default_factory=default_replica, description="This replica's name: the lease holder, "
                          "and its own consumer group on gpu.scores (gpuops-view-<replica>).")
     adapter: AdapterSection = Field(default_factory=AdapterSection, description="The scheduler adapter.")
-    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="Thresholds (docs/engine.md).")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="Thresholds (docs/engine.md): over the "
+                                 "defaults, a mapping setting merged key by key and `{}` clearing it.")
     safety: SafetyConfig = Field(default_factory=SafetyConfig, description="Limits; armed (docs/engine.md).")
     shadow_policies: dict[Annotated[str, Field(pattern=POLICY_NAME)], dict[str, Any]] = Field(
         default_factory=dict, max_length=8, description="Policies decided beside `policy` on every tick and never "
@@ -177,6 +179,12 @@ class ServiceConfig(BaseSettings):
                                    "agent or the network, not the GPU; a person decides.")
     simulate: SimulatedFleetSection = Field(default_factory=SimulatedFleetSection,
                                             description="The simulated fleet (only without kafka_bootstrap).")
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_over_the_defaults(cls, v: Any) -> Any:
+        """A ``policy:`` section applies over the defaults as a policy file does (``load_policy_config``)."""
+        return merged_over(PolicyConfig(), v) if isinstance(v, Mapping) else v
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

@@ -317,8 +317,14 @@ class PolicyConfig(BaseModel):
 
 
 def load_policy_config(path: str | Path | None) -> PolicyConfig:
-    """Read a policy YAML file (``None``: defaults); invalid files raise :class:`PolicyConfigError`."""
-    return load_yaml_model(path, PolicyConfig, "policy", PolicyConfigError)
+    """Read a policy YAML file (``None``: defaults); invalid files raise :class:`PolicyConfigError`.
+
+    The file's settings apply over the defaults as every policy setting does (:func:`policy_with`): a
+    mapping merged key by key, ``{}`` clearing it. So ``act_sustain_s_by_fault: {ib_link: 300}`` keeps
+    ``hbm_ecc``'s 900 s and ``power``'s 420 s instead of silently dropping them."""
+    if path is None:
+        return PolicyConfig()
+    return policy_with(PolicyConfig(), read_settings(path, "policy", PolicyConfigError), str(path))
 
 
 #: how a compared or shadow policy may be named (a report key, a metric label, a file stem)
@@ -362,13 +368,18 @@ def policy_with(base: PolicyConfig, overrides: Mapping[str, Any], what: str = "p
     """*base* with the settings of *overrides* (a policy YAML's mapping) in place of its own; a setting that is a
     mapping (``actions``, ``act_threshold_by_fault``, ...) is merged key by key, and an empty one (``{}``) clears
     it. Invalid: :class:`PolicyConfigError` naming *what* and every problem."""
+    try:
+        return PolicyConfig(**merged_over(base, overrides))
+    except ValidationError as e:
+        raise PolicyConfigError(f"{what}: {problems(e, 'policy')}") from None
+
+
+def merged_over(base: PolicyConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """*base*'s settings (as JSON) with *overrides* in their place, a non-empty mapping merged key by key."""
     raw = base.model_dump(mode="json")
     for k, v in overrides.items():
         raw[k] = raw[k] | v if isinstance(v, Mapping) and v and isinstance(raw.get(k), dict) else v
-    try:
-        return PolicyConfig(**raw)
-    except ValidationError as e:
-        raise PolicyConfigError(f"{what}: {problems(e, 'policy')}") from None
+    return raw
 
 
 def problems(e: ValidationError, section: str) -> str:

@@ -97,3 +97,20 @@ def test_shadow_policies_are_checked_over_the_policy_and_the_service_builds_them
     alt = shadow.policies["hbm-alert"]
     assert alt.act_threshold == 0.8 and alt.actions[next(k for k in alt.actions if k.value == "hbm_ecc")].value == "alert"
     assert _shadow(load_service_config(None)) is None
+
+
+def test_a_policy_section_applies_over_the_defaults_as_a_policy_file_and_a_shadow_do(tmp_path: Path) -> None:
+    """A mapping in `policy:` is merged key by key (it used to replace the default mapping whole, so naming
+    `ib_link`'s sustain silently dropped `hbm_ecc`'s 900 s); `{}` clears it; env overrides still apply."""
+    from collector.schema import FaultClass
+    from remediation.config import load_policy_config
+
+    f = tmp_path / "gpuops.yaml"
+    f.write_text("policy:\n  act_sustain_s_by_fault: {ib_link: 300}\n  follow_ups: {}\n")
+    policy = load_service_config(f).policy
+    assert policy.sustain_for(FaultClass.IB_LINK) == 300.0 and policy.sustain_for(FaultClass.HBM_ECC) == 900.0
+    assert policy.sustain_for(FaultClass.POWER) == 420.0 and policy.follow_up_for(FaultClass.HBM_ECC) is None
+    assert policy == load_policy_config(f)  # the same file read by `gpuops replay --policy` means the same
+    f.write_text("policy:\n  act_sustain_s_by_fault: {bogus: 1}\n")
+    with pytest.raises(ServiceConfigError, match="policy.act_sustain_s_by_fault"):
+        load_service_config(f)

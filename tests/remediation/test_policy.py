@@ -227,6 +227,17 @@ def test_policy_file_overrides_defaults(tmp_path):
     assert cfg.threshold_for(FaultClass.THERMAL) == 0.5 and cfg.threshold_for(FaultClass.NVLINK) == 0.9
 
 
+def test_a_mapping_in_a_policy_file_is_merged_over_the_defaults_key_by_key_and_an_empty_one_clears_it(tmp_path):
+    p = tmp_path / "policy.yaml"
+    p.write_text("policy:\n  act_sustain_s_by_fault: {ib_link: 300}\n")
+    cfg = load_policy_config(p)
+    assert cfg.sustain_for(FaultClass.IB_LINK) == 300.0
+    assert cfg.sustain_for(FaultClass.HBM_ECC) == 900.0 and cfg.sustain_for(FaultClass.POWER) == 420.0
+    p.write_text("policy:\n  act_sustain_s_by_fault: {}\n  follow_ups: {}\n")
+    cfg = load_policy_config(p)
+    assert cfg.sustain_for(FaultClass.HBM_ECC) == cfg.act_sustain_s and cfg.follow_up_for(FaultClass.HBM_ECC) is None
+
+
 def test_the_shipped_example_policy_is_valid():
     from pathlib import Path
 
