@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from collector.agent_settings import AgentSettings
+from collector.sd_notify import Notifier
 from collector.sinks.base import OutboundMessage, Sink, SinkRejected, SinkUnavailable
 from collector.sinks.buffer import OutboundBuffer
 from collector.source_guard import GuardedSource, SourceStalled
@@ -346,13 +347,22 @@ class Agent:
 
     # ------------------------------------------------------------------ running
 
-    def run(self, stop: threading.Event) -> None:
-        """Sample every interval until *stop* is set, then flush (bounded) and close."""
+    def run(self, stop: threading.Event, notifier: Notifier | None = None) -> None:
+        """Sample every interval until *stop* is set, then flush (bounded) and close.
+
+        Under systemd (``Type=notify``) it says ``READY=1`` once its loops run, ``WATCHDOG=1`` after
+        every tick and ``STOPPING=1`` on the way out (``collector.sd_notify``).
+        """
+        sd = notifier or Notifier()
+        interval = self.settings.interval_s
+        if sd.watchdog_s is not None and sd.watchdog_s < 3 * interval:
+            log.warning("systemd's WatchdogSec (%.0f s) is under 3 intervals (%.0f s): a slow tick could get a "
+                        "healthy agent restarted; raise WatchdogSec", sd.watchdog_s, 3 * interval)
         threads = [threading.Thread(target=f, args=(stop,), name=f"gpuops-agent-{f.__name__.strip('_')}",
                                     daemon=True) for f in self.loops]
         for t in threads:
             t.start()
-        interval = self.settings.interval_s
+        sd.notify("READY=1")
         next_tick = self.clock.monotonic()
         try:
             while not stop.is_set():
@@ -361,6 +371,7 @@ class Agent:
                 except Exception as e:  # noqa: BLE001 - classify, log and continue: one bad tick must not stop sampling
                     self._tick_failed("tick", e)
                     self.write_health()
+                sd.notify("WATCHDOG=1")
                 next_tick += interval
                 late = self.clock.monotonic() - next_tick
                 if late > 0:  # a tick took longer than an interval: skip, never burst
@@ -369,6 +380,7 @@ class Agent:
                     next_tick += skipped * interval
                 stop.wait(max(0.0, next_tick - self.clock.monotonic()))
         finally:
+            sd.notify("STOPPING=1")
             stop.set()
             self.buffer.wake()
             for t in threads:
