@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 import pynvml
@@ -83,13 +85,23 @@ def test_composition_resolves_kernel_log_gpus_with_nvml_indexes(tmp_path: Path) 
         agent.close()
 
 
+@contextlib.contextmanager
+def running_agent(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """``gpuops agent *args`` as a real process (its output piped), killed on the way out if still running."""
+    proc = subprocess.Popen([*GPUOPS, "agent", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def test_sigterm_stops_sampling_flushes_and_exits_cleanly(h100_sysfs: Path, tmp_path: Path) -> None:
     health = tmp_path / "health.json"
-    proc = subprocess.Popen([*GPUOPS, "agent", "--sink", "stdout", "--sources", "infiniband",
-                             "--sysfs-root", str(h100_sysfs), "--interval", "0.1", "--node", "n1",
-                             "--health-file", str(health)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
+    with running_agent("--sink", "stdout", "--sources", "infiniband", "--sysfs-root", str(h100_sysfs),
+                       "--interval", "0.1", "--node", "n1", "--health-file", str(health)) as proc:
         def ticked() -> bool:
             try:
                 return json.loads(health.read_text())["ticks"] >= 3
@@ -99,10 +111,6 @@ def test_sigterm_stops_sampling_flushes_and_exits_cleanly(h100_sysfs: Path, tmp_
         wait_until(ticked, timeout_s=30, message="three ticks in the health file")
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, stderr
     final = json.loads(health.read_text())
     lines = stdout.splitlines()

@@ -16,6 +16,7 @@ from collector.agent_settings import AgentSettings
 from collector.sd_notify import Notifier
 from fakes import CountingSource
 from test_agent import FakeSink
+from test_agent_cli import running_agent
 from tests.helpers import wait_until
 
 
@@ -90,16 +91,11 @@ def test_a_watchdog_shorter_than_three_intervals_is_warned_about(systemd_socket,
 def test_gpuops_agent_run_by_systemd_notifies_ready_watchdog_and_stopping(systemd_socket, h100_sysfs: Path) -> None:
     """The real CLI process, as the unit in deploy/slurm starts it (Type=notify), with $NOTIFY_SOCKET set."""
     import signal
-    import subprocess
-    import sys
 
     address, sock = systemd_socket
-    proc = subprocess.Popen([sys.executable, "-c", "from api.cli import main; main()", "agent", "--sink", "stdout",
-                             "--sources", "infiniband", "--sysfs-root", str(h100_sysfs), "--interval", "0.2",
-                             "--node", "n1", "--health-file", ""],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "NOTIFY_SOCKET": address, "WATCHDOG_USEC": "120000000"})
-    try:
+    with running_agent("--sink", "stdout", "--sources", "infiniband", "--sysfs-root", str(h100_sysfs),
+                       "--interval", "0.2", "--node", "n1", "--health-file", "",
+                       env={"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "120000000"}) as proc:
         sock.settimeout(30)
         assert sock.recv(64) == b"READY=1"
         assert [sock.recv(64) for _ in range(2)] == [b"WATCHDOG=1"] * 2
@@ -108,10 +104,6 @@ def test_gpuops_agent_run_by_systemd_notifies_ready_watchdog_and_stopping(system
             pass
         assert msg == b"STOPPING=1"
         _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, stderr
 
 
