@@ -52,21 +52,30 @@ class StartingSource:
         self._source: Source | None = None
         self._error: SourceError | None = None
 
-    def sample(self, now: float) -> SourceBatch:
+    def _settle(self, timeout_s: float | None) -> bool:
+        """Take the start's outcome once it has returned (waiting at most *timeout_s*; None: for
+        ever): the source, or the error every sample raises. False while it is still running."""
         if self._source is None and self._error is None:
             try:
-                _, built = self._starting.take(None)
+                done, built = self._starting.take(timeout_s)
+                if not done:
+                    return False
                 self._source = self._source_of(built)
             except Exception as e:  # noqa: BLE001 - whatever the start raised, every sample reports it
                 self._error = SourceError(f"{self.name} did not start: {type(e).__name__}: {e}")
-            finally:
-                self._starting.stop()  # its one call is over
+            self._starting.stop()  # its one call is over
+        return True
+
+    def sample(self, now: float) -> SourceBatch:
+        self._settle(None)
         if self._error is not None:
             raise self._error
         return self._source.sample(now)
 
     def close(self) -> None:
-        if self._source is not None:
+        """Close the source; one whose start finished but was never sampled (the agent stopped
+        first) is closed too, and a start still running is left to the process's exit."""
+        if self._settle(0.0) and self._source is not None:
             self._source.close()
 
 

@@ -239,3 +239,25 @@ def test_nvml_that_fails_to_start_after_the_wait_fails_its_samples_with_the_reas
         with pytest.raises(SourceError, match="nvml did not start: RuntimeError: NVML_ERROR_DRIVER_NOT_LOADED"):
             source.sample(1.0)
     source.close()
+
+
+def test_a_late_started_source_that_was_never_sampled_is_still_closed() -> None:
+    """The agent stopped before its first tick reached NVML: the NVML that did start is shut down."""
+    from collector.source_guard import start_bounded
+
+    release = threading.Event()
+    built = HangingSource()
+    built.release.set()
+
+    def build():
+        release.wait()
+        return built
+
+    done, source = start_bounded("nvml", build, 0.01)
+    assert not done
+    source.close()  # the start is still running: nothing to close yet, and close does not wait for it
+    assert not built.closed
+    release.set()
+    wait_until(lambda: source._starting.returned, timeout_s=5)
+    source.close()
+    assert built.closed and built.calls == []
