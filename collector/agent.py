@@ -1,6 +1,7 @@
 """The node agent: sample sources every interval, buffer, publish to a sink, report health.
 
-One :class:`Agent` per GPU node. Each tick it asks every source for a sample, builds
+One :class:`Agent` per GPU node. Each tick it asks every source for a sample (the BMC
+sources only every ``bmc_interval_s``, a minute by default), builds
 ONE telemetry message for the node (all its GPU and port rows, ``collector.wire``) plus
 one message per event, and appends them to a bounded :class:`OutboundBuffer`. A
 publisher thread drains the buffer into the sink in order; when the sink is down it
@@ -143,14 +144,17 @@ class Agent:
         #: Extra sections of :meth:`health` by name, each a function returning JSON-able counters.
         self.health_extras: dict[str, Callable[[], dict]] = {}
         #: Each source with the thread that samples it (``collector.source_guard``).
-        self._guards = [GuardedSource(s, self.clock.monotonic) for s in self.sources]
+        #: The BMC sources sample every ``bmc_interval_s``, not every tick.
+        self._guards = [GuardedSource(s, self.clock.monotonic, settings.sample_every_s(s.name), settings.interval_s / 2)
+                        for s in self.sources]
         #: Seconds a tick waits for its sources: ``source_wait_s``, at most half an interval.
         self.wait_s = min(settings.source_wait_s, settings.interval_s / 2)
 
     # ------------------------------------------------------------------ sampling
 
     def tick(self, wait_s: float | None = None) -> int:
-        """Sample every source once and enqueue this tick's messages; return how many.
+        """Sample every source that is due once (the BMC sources every ``bmc_interval_s``, the others every
+        tick) and enqueue this tick's messages; return how many.
 
         Each source samples in its own thread (``collector.source_guard``); the tick waits for
         them at most *wait_s* (default: ``source_wait_s``, at most half an interval). A source

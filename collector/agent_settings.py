@@ -17,6 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from collector.commands import TOPIC_COMMANDS
 from collector.wire import TOPIC_EVENTS, TOPIC_TELEMETRY
 
+#: Sources that read the node's BMC: sampled every ``bmc_interval_s``, not every tick.
+BMC_SOURCES = frozenset({"ipmi", "redfish"})
+
 
 class AgentSettings(BaseSettings):
     """What the agent samples, how often, where it publishes and how much it may buffer."""
@@ -70,6 +73,12 @@ class AgentSettings(BaseSettings):
         "Where the ipmi source keeps the last SEL id it published, so a restart reads no entry twice."))
     bmc_timeout_s: float = Field(10.0, gt=0, description=(
         "Seconds one BMC request may take. BMCs are slow (seconds); 10 s bounds a stuck one within an interval."))
+    bmc_interval_s: float = Field(60.0, gt=0, description=(
+        "Seconds between two samples of a BMC source (ipmi, redfish); the others sample every interval_s. A BMC is "
+        "a small management controller: each ipmitool sample opens an RMCP+ session and reads the SEL and every "
+        "sensor, and a Redfish sample makes a request per chassis resource. Exporters scrape BMCs once a minute "
+        "(what the simulator and the trained features assume), and polling faster can make a BMC stop answering. "
+        "Rounded to whole intervals; at or under interval_s, every tick."))
     redfish_url: str | None = Field(None, description="Redfish service root of the node's BMC (https://bmc-host).")
     redfish_user: str | None = Field(None, description="Redfish user (HTTP basic auth); none: no auth header.")
     redfish_password_file: Path | None = Field(None, description=(
@@ -82,7 +91,8 @@ class AgentSettings(BaseSettings):
     source_stall_s: float = Field(30.0, gt=0, description=(
         "Seconds after which a source's call that has not returned is reported stalled (logged, counted in "
         "source_errors, shown in the health record). A GPU off the bus can hold NVML for minutes; BMC sources "
-        "bound each request at bmc_timeout_s (10 s) and make two or three a sample, so 30 s means stuck, not slow. "
+        "bound each request at bmc_timeout_s (10 s) and make two or three a sample (redfish: two per chassis with "
+        "readings, once it has walked them), so 30 s means stuck, not slow. "
         "Also how long --once waits for its sources."))
     buffer_max_messages: int = Field(2160, ge=1, description=(
         "Messages held while Kafka is unreachable. 2160 = 6 h of ticks at 10 s (a broker upgrade or an "
@@ -159,6 +169,10 @@ class AgentSettings(BaseSettings):
     @classmethod
     def _empty_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and v.strip() in ("", "none", "None") else v
+
+    def sample_every_s(self, source: str) -> float | None:
+        """Seconds between two samples of *source* when it is not every tick (the BMC sources), else None."""
+        return self.bmc_interval_s if source in BMC_SOURCES and self.bmc_interval_s > self.interval_s else None
 
     @property
     def source_names(self) -> list[str]:

@@ -96,11 +96,16 @@ class GuardedSource:
     it); the wait for a call to finish is real time.
     """
 
-    def __init__(self, source: Source, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, source: Source, monotonic: Callable[[], float] = time.monotonic,
+                 every_s: float | None = None, slack_s: float = 0.0) -> None:
         self.source = source
         self.name = source.name
         self._thread = CallThread(f"gpuops-source-{self.name}", monotonic)
         self._sampled_for: float | None = None
+        #: Seconds between two samples (None: whenever asked), with *slack_s* for ticks that run a little
+        #: early (half an interval: a 60 s source on a 10 s tick samples every sixth tick).
+        self.every_s, self._slack_s = every_s, slack_s
+        self._last_for: float | None = None
         self._closed = False
         #: True once the running call has been reported stalled (reported once per call).
         self.stall_reported = False
@@ -119,11 +124,17 @@ class GuardedSource:
         """The ``now`` the call in flight samples for."""
         return self._sampled_for if self._thread.busy else None
 
+    def due(self, now: float) -> bool:
+        """A sample is due at *now*: never sampled, or ``every_s`` (less the slack) has passed."""
+        return self.every_s is None or self._last_for is None or now - self._last_for >= self.every_s - self._slack_s
+
     def start(self, now: float) -> bool:
-        """Ask for ``sample(now)``; False (nothing asked) while an earlier call is still out."""
+        """Ask for ``sample(now)``; False (nothing asked) while an earlier call is still out or it is not due."""
+        if not self.due(now):
+            return False
         started = self._thread.start(lambda: self.source.sample(now))
         if started:
-            self._sampled_for = now
+            self._sampled_for = self._last_for = now
         return started
 
     def take(self, timeout_s: float) -> SourceBatch | None:

@@ -8,6 +8,14 @@ Readings become ``bmc_sensor`` events with the BMC's own thresholds
 power supplies from ``Status.Health`` (``status``; value ``LastPowerOutputWatts``), and
 each PowerControl's ``PowerConsumedWatts`` against its ``PowerLimit``.
 
+A BMC can take a second or more per request, and an HGX board lists dozens of chassis
+(baseboard, GPUs, NVSwitches, retimers), many with neither resource. So the walk (the
+collection and each member) is made once and kept: a sample asks only for the
+``Thermal`` and ``Power`` resources found, and the walk is made again after
+:data:`REDISCOVER_S`, or within the same sample when a resource it found stops answering
+(HTTP 404 or 410: a chassis replaced or renumbered). Any other failure drops the walk too,
+so the sample after it walks again.
+
 The password comes from ``redfish_password_file`` or ``$REDFISH_PASSWORD``, never argv.
 A BMC that does not answer raises :class:`TransientSourceError` (the source backs off);
 a payload that is not the JSON object Redfish promises raises one naming the URL and what
@@ -31,8 +39,16 @@ _THRESHOLDS = {"UpperThresholdNonCritical": "upper_noncritical", "UpperThreshold
                "LowerThresholdCritical": "lower_critical", "LowerThresholdFatal": "lower_fatal"}
 
 
+#: Seconds (sample clock) a walk of the chassis collection is kept before it is made again.
+REDISCOVER_S = 3600.0
+
+
 class RedfishPayloadError(TransientSourceError):
     """The BMC answered with something that is not the Redfish resource expected."""
+
+
+class RedfishGone(TransientSourceError):
+    """The BMC answered that a resource is not there (HTTP 404 or 410): its chassis were renumbered or replaced."""
 
 
 def _number(v: Any) -> float | None:
@@ -99,6 +115,11 @@ class RedfishSource:
         if user:
             self._auth = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
         self.backoff = SourceBackoff()
+        #: The walk's Thermal and Power resources: (chassis id, "Thermal" | "Power", path); when it was made.
+        self._found: list[tuple[str, str, str]] | None = None
+        self._found_at = 0.0
+        #: GET requests made (what a sample costs the BMC).
+        self.requests = 0
 
     @classmethod
     def from_options(cls, options: SourceOptions) -> "RedfishSource":
@@ -111,6 +132,7 @@ class RedfishSource:
     def get(self, path: str) -> dict[str, Any]:
         """The JSON object at *path*; :class:`TransientSourceError` / :class:`RedfishPayloadError`."""
         url = self.url + path
+        self.requests += 1
         req = urllib.request.Request(url, headers={"Accept": "application/json"})
         if self._auth:
             req.add_header("Authorization", self._auth)
@@ -118,7 +140,8 @@ class RedfishSource:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - operator's URL
                 raw = resp.read()
         except urllib.error.HTTPError as e:
-            raise TransientSourceError(f"redfish: GET {url} answered HTTP {e.code} {e.reason}") from e
+            gone = RedfishGone if e.code in (404, 410) else TransientSourceError
+            raise gone(f"redfish: GET {url} answered HTTP {e.code} {e.reason}") from e
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise TransientSourceError(f"redfish: BMC at {self.url} did not answer GET {path}: {e}") from e
         try:
@@ -153,24 +176,44 @@ class RedfishSource:
         return SourceBatch(events=events)
 
     def _read(self, now: float) -> list[Record]:
+        """Every found resource's readings; walks the collection first when the walk is missing or old, and
+        again (once) when the BMC says a resource it found is gone."""
+        fresh = self._found is None or now - self._found_at >= REDISCOVER_S
+        if fresh:
+            self._walk(now)
+        try:
+            return self._readings(now)
+        except TransientSourceError as e:
+            self._found = None  # the next sample walks again, whatever happens here
+            if fresh or not isinstance(e, RedfishGone):  # a BMC that does not answer is not asked again now
+                raise
+        self._walk(now)
+        return self._readings(now)
+
+    def _walk(self, now: float) -> None:
+        self._found = None
         coll = self.get("/redfish/v1/Chassis")
         members = coll.get("Members")
         if not isinstance(members, list):
             raise RedfishPayloadError(f"redfish: {self.url}/redfish/v1/Chassis has no 'Members' list")
-        events: list[Record] = []
+        found: list[tuple[str, str, str]] = []
         for i, m in enumerate(members):
             if not isinstance(m, dict) or not isinstance(m.get("@odata.id"), str):
                 raise RedfishPayloadError(f"redfish: Chassis Members[{i}] has no '@odata.id'")
             path = m["@odata.id"]
             chassis = self.get(path)
             cid = str(chassis.get("Id") or path.rsplit("/", 1)[-1])
-            thermal = self._link(chassis, "Thermal", path)
-            if thermal:
-                events.extend(thermal_events(self.node, now, cid, self.get(thermal), self.url + thermal))
-            power = self._link(chassis, "Power", path)
-            if power:
-                events.extend(power_events(self.node, now, cid, self.get(power), self.url + power))
+            for kind in ("Thermal", "Power"):
+                if link := self._link(chassis, kind, path):
+                    found.append((cid, kind, link))
+        self._found, self._found_at = found, now
+
+    def _readings(self, now: float) -> list[Record]:
+        events: list[Record] = []
+        for cid, kind, path in self._found or ():
+            read = thermal_events if kind == "Thermal" else power_events
+            events.extend(read(self.node, now, cid, self.get(path), self.url + path))
         return events
 
     def close(self) -> None:
-        """Nothing is held between samples."""
+        """No connection is held between samples (only the walk's paths)."""

@@ -4,6 +4,7 @@ ipmi_sim and sushy-emulator services started by deploy/testservices/bmc_up.sh.""
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 import time
 from pathlib import Path
@@ -17,9 +18,9 @@ from collector.bmc_events import sel_of_message
 from collector.sources.base import SourceError, TransientSourceError
 from collector.sources.bmc_common import SourceBackoff
 from collector.sources.ipmi import IpmiSource, parse_sel_elist, parse_sensor_list
-from collector.sources.redfish import RedfishPayloadError, RedfishSource, power_events
+from collector.sources.redfish import REDISCOVER_S, RedfishPayloadError, RedfishSource, power_events
 from collector.wire import decode_event
-from fakes import CountingSource
+from fakes import CountingSource, FakeClock
 from test_agent import FakeSink
 
 SEL_ELIST = """\
@@ -111,8 +112,9 @@ def test_a_bmc_that_does_not_answer_is_a_source_error_and_the_other_sources_stil
     dead_rf = RedfishSource("gpu-node-001", "http://127.0.0.1:16298", timeout_s=2)
     sink = FakeSink()
     # a tick waits for its sources at most source_wait_s (2 s by default): here long enough for the dead BMCs'
-    # own timeouts (3 s, 2 s), so their failures are counted in the tick that asked
-    agent = Agent(AgentSettings(node="gpu-node-001", health_file=None, source_wait_s=5),
+    # own timeouts (3 s, 2 s), so their failures are counted in the tick that asked; the BMCs are asked every
+    # tick (bmc_interval_s = interval_s), so the second tick shows the backoff, not the BMC interval
+    agent = Agent(AgentSettings(node="gpu-node-001", health_file=None, source_wait_s=5, bmc_interval_s=10),
                   [dead, dead_rf, CountingSource()], sink)
     agent.tick()
     agent.publish_pending()
@@ -121,6 +123,38 @@ def test_a_bmc_that_does_not_answer_is_a_source_error_and_the_other_sources_stil
     t0 = time.monotonic()
     agent.tick()  # backing off: the dead BMCs are not asked again at once
     assert time.monotonic() - t0 < 1.0 and agent.source_errors["ipmi"] == 2
+
+
+class _CountingBmc(CountingSource):
+    name = "ipmi"
+
+
+def _sampled_at(every_s: float, ticks: list[float], fake_clock: FakeClock) -> tuple[list[float], int]:
+    """When a BMC source sampled, and how often the every-tick source did, over ticks at *ticks* s."""
+    bmc, other = _CountingBmc(), CountingSource()
+    start = fake_clock.t
+    agent = Agent(AgentSettings(node="gpu-node-001", health_file=None, interval_s=10, bmc_interval_s=every_s),
+                  [bmc, other], FakeSink(), clock=fake_clock)
+    seen: list[float] = []
+    for t in ticks:
+        fake_clock.advance(start + t - fake_clock.t)
+        n = bmc.n
+        agent.tick()
+        if bmc.n > n:
+            seen.append(t)
+    return seen, other.n
+
+
+def test_bmc_sources_sample_every_bmc_interval_and_the_others_every_tick(fake_clock: FakeClock) -> None:
+    ticks = [10.0 * i for i in range(13)]
+    ticks[6] -= 0.3  # a tick a little early (the loop's clock is monotonic, the sample's is wall time)
+    seen, others = _sampled_at(60.0, ticks, fake_clock)
+    assert seen == [0.0, 59.7, 120.0] and others == 13
+
+
+def test_a_bmc_interval_at_or_under_the_tick_samples_the_bmc_every_tick(fake_clock: FakeClock) -> None:
+    seen, _ = _sampled_at(5.0, [0.0, 10.0, 20.0], fake_clock)
+    assert seen == [0.0, 10.0, 20.0]
 
 
 @pytest.fixture
@@ -231,3 +265,87 @@ def test_redfish_power_gives_each_psus_health_and_the_consumption_against_the_po
     assert (ctl["sensor_type"], ctl["value"], ctl["unit"], ctl["upper_critical"]) == ("power", 344.0, "W", 500.0)
     with pytest.raises(RedfishPayloadError, match="'PowerControl' is dict"):
         power_events("gpu-node-001", 1.0, "1U", {"PowerControl": {}}, "http://bmc/Power")
+
+
+class _RedfishTree:
+    """A Redfish service over HTTP whose resources a test edits (``tree``: path -> JSON object), counting GETs."""
+
+    def __init__(self, tree: dict[str, dict]) -> None:
+        self.tree, self.gets = tree, []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                outer.gets.append(self.path)
+                body = outer.tree.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps(body or {"error": "not found"}).encode())
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def _hgx(board: str = "HGX_Baseboard_0", others: int = 6) -> dict[str, dict]:
+    """A chassis collection like an HGX board's: one chassis with Thermal and Power, *others* with neither."""
+    members = [board] + [f"HGX_GPU_SXM_{i}" for i in range(1, others + 1)]
+    tree: dict[str, dict] = {"/redfish/v1/Chassis": {"Members": [{"@odata.id": f"/redfish/v1/Chassis/{m}"}
+                                                                 for m in members]}}
+    for m in members:
+        tree[f"/redfish/v1/Chassis/{m}"] = {"Id": m}
+    c = f"/redfish/v1/Chassis/{board}"
+    tree[c] |= {"Thermal": {"@odata.id": f"{c}/Thermal"}, "Power": {"@odata.id": f"{c}/Power"}}
+    tree[f"{c}/Thermal"] = {"Temperatures": [{"Name": "Inlet", "ReadingCelsius": 24.0, "UpperThresholdCritical": 45}]}
+    tree[f"{c}/Power"] = {"PowerSupplies": [{"Name": "PSU0", "Status": {"Health": "OK"}, "LastPowerOutputWatts": 900}]}
+    return tree
+
+
+@pytest.fixture
+def redfish_tree() -> Iterator[_RedfishTree]:
+    srv = _RedfishTree(_hgx())
+    yield srv
+    srv.close()
+
+
+def test_redfish_walks_the_chassis_once_and_then_reads_only_their_thermal_and_power(redfish_tree) -> None:
+    src = RedfishSource("gpu-node-001", redfish_tree.url, timeout_s=2)
+    first = src.sample(1000.0).events
+    assert len(redfish_tree.gets) == 1 + 7 + 2  # the collection, each chassis, the two resources
+    redfish_tree.gets.clear()
+    later = src.sample(1060.0).events
+    assert sorted(redfish_tree.gets) == ["/redfish/v1/Chassis/HGX_Baseboard_0/Power",
+                                         "/redfish/v1/Chassis/HGX_Baseboard_0/Thermal"]
+    assert [(e["sensor"], e["value"]) for e in later] == [(e["sensor"], e["value"]) for e in first]
+    assert {e["sensor"] for e in later} == {"HGX_Baseboard_0/Inlet", "HGX_Baseboard_0/PSU0"}
+    redfish_tree.gets.clear()
+    src.sample(1000.0 + REDISCOVER_S)  # the walk is old: made again
+    assert redfish_tree.gets[0] == "/redfish/v1/Chassis" and len(redfish_tree.gets) == 10
+
+
+def test_a_chassis_renumbered_on_the_bmc_is_found_again_in_the_same_sample(redfish_tree) -> None:
+    src = RedfishSource("gpu-node-001", redfish_tree.url, timeout_s=2)
+    src.sample(1000.0)
+    redfish_tree.tree = _hgx(board="HGX_Baseboard_1")  # a board swap: the old paths answer 404
+    events = src.sample(1060.0).events
+    assert {e["sensor"] for e in events} == {"HGX_Baseboard_1/Inlet", "HGX_Baseboard_1/PSU0"}
+
+
+def test_a_redfish_bmc_that_stops_answering_costs_one_request_and_the_next_sample_walks_again(redfish_tree) -> None:
+    src = RedfishSource("gpu-node-001", redfish_tree.url, timeout_s=2)
+    src.sample(1000.0)
+    redfish_tree.srv.shutdown()
+    redfish_tree.srv.server_close()  # now nothing answers
+    n = src.requests
+    with pytest.raises(TransientSourceError, match="did not answer"):
+        src.sample(1060.0)
+    assert src.requests == n + 1  # no walk behind a BMC that does not answer
+    assert src._found is None  # the sample after the backoff walks again
