@@ -264,8 +264,10 @@ class Agent:
         self._last_tick_error[stage] = text
 
     def _source_running(self, g: GuardedSource) -> None:
-        """*g*'s call missed its tick: report it stalled once it has run ``source_stall_s``."""
-        if not g.stall_reported and g.running_s() >= self.settings.source_stall_s:
+        """*g*'s call missed its tick: report it stalled once it has run ``source_stall_s``, or, for a source
+        sampled every ``bmc_interval_s``, once its next sample is due (a BMC walk of dozens of chassis is slow,
+        not stuck)."""
+        if not g.stall_reported and g.running_s() >= max(self.settings.source_stall_s, g.every_s or 0.0):
             g.stall_reported = True
             self._source_failed(g.name, SourceStalled(
                 f"{g.name}: sample() has not returned for {g.running_s():.0f} s; the other sources go on, "

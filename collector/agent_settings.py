@@ -92,7 +92,8 @@ class AgentSettings(BaseSettings):
         "Seconds after which a source's call that has not returned is reported stalled (logged, counted in "
         "source_errors, shown in the health record). A GPU off the bus can hold NVML for minutes; BMC sources "
         "bound each request at bmc_timeout_s (10 s) and make two or three a sample (redfish: two per chassis with "
-        "readings, once it has walked them), so 30 s means stuck, not slow. "
+        "readings, once it has walked them), so 30 s means stuck, not slow. A BMC source is stalled only once its next "
+        "sample is due, if that is later (bmc_interval_s): its hourly walk of the chassis can take a while. "
         "Also how long --once waits for its sources."))
     buffer_max_messages: int = Field(2160, ge=1, description=(
         "Messages held while Kafka is unreachable. 2160 = 6 h of ticks at 10 s (a broker upgrade or an "

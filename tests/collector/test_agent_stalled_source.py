@@ -115,6 +115,21 @@ def test_a_call_past_source_stall_s_is_reported_once_and_its_late_result_is_publ
     assert agent.health()["source_errors"] == {"nvml": 1}
 
 
+def test_a_bmc_source_is_stalled_only_once_its_next_sample_is_due(fake_clock: FakeClock,
+                                                                   hanging: HangingSource) -> None:
+    """A Redfish walk of dozens of chassis takes longer than source_stall_s: slow, not stuck, until the BMC's
+    next sample (bmc_interval_s) is due."""
+    hanging.name = "redfish"
+    agent, _ = _agent(fake_clock, hanging, bmc_interval_s=60.0)
+    agent.tick()
+    fake_clock.advance(40)
+    agent.tick()
+    assert agent.health()["source_errors"] == {} and agent.health()["sources_running_s"] == {"redfish": 40.0}
+    fake_clock.advance(20)
+    agent.tick()
+    assert agent.health()["source_errors"] == {"redfish": 1}
+
+
 def test_shutdown_closes_the_other_sources_without_waiting_for_a_hung_one(fake_clock: FakeClock,
                                                                          hanging: HangingSource) -> None:
     counting = CountingSource()
