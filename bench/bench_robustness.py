@@ -158,6 +158,28 @@ def pooled(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def tuning_sets(rows: list[dict]) -> str:
+    """The tuning ground's sets (bench/tuning_ground.py: native, SBE-burst, thinned) and all of it, as the
+    sections of bench/results/robustness.md report them; empty when no tuning row is one of its recordings."""
+    from tuning_ground import recordings
+
+    set_of = {name: kind for name, kind, _, _ in recordings()}
+    sets: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["group"] == "tuning" and r["name"] in set_of:
+            sets.setdefault(set_of[r["name"]], []).append(r)
+    if not sets:
+        return ""
+    lines = ["| tuning set | recordings | caught | caught ahead | false drains+resets (model / rules) |",
+             "|---|---|---|---|---|"]
+    for name, rs in [*sorted(sets.items()), ("all", [r for rs in sets.values() for r in rs])]:
+        total = lambda k, part="model": sum(r[part][k] or 0 for r in rs)  # noqa: E731
+        lines.append(f"| {name} | {len(rs)} | {total('caught')}/{total('node_fault_incidents')} | "
+                     f"{total('caught_predictively')}/{total('predictable')} | "
+                     f"{total('false_actions')} / {total('false_actions', 'rules_baseline')} |")
+    return "\n".join(lines)
+
+
 def by_class(rows: list[dict]) -> str:
     """Per group and fault class, over all the group's recordings: caught / incidents and caught
     at least 60 s ahead / predictable (model), so a class that misses shows whichever world it is in."""
@@ -254,6 +276,8 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         rows = list(ex.map(_one, jobs))
     text = table(rows) + "\n\n" + pooled(rows) + "\n\n" + by_class(rows) + "\n\n" + budget_table(rows)
+    if sets := tuning_sets(rows):
+        text += "\n\n" + sets
     if cmp:
         text += "\n\n" + alternatives_table(rows)
     print(text)

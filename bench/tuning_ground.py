@@ -4,7 +4,7 @@ Usage::
 
     python bench/tuning_ground.py --write DIR [--only NAME ...]     # ~1,536 node-days, a few minutes
     python bench/tuning_ground.py --list                             # names, sets and recipes
-    python bench/bench_robustness.py --model models/default --tuning DIR/*/ --jobs 2
+    python bench/bench_robustness.py --model models/default --tuning DIR/*/ --jobs 2   # + totals per set
 
 A candidate is decided here and only here (bench/results/robustness.md: "decide on tuning-range
 worlds only"); the shift suite (bench/bench_shift.py), home seeds 1–6 and ../shared/validation

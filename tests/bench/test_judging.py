@@ -70,3 +70,32 @@ def test_each_compared_policy_is_pooled_beside_the_policy_per_group() -> None:
     lines = alternatives_table(rows).splitlines()[2:]
     assert lines == ["| tuning | --policy | 19/20 | 13/16 | 1 |", "| tuning | alert | 19/20 | 5/16 | 0 |",
                      "| shift | --policy | 8/10 | 5/8 | 2 |", "| shift | alert | 8/10 | 5/8 | 1 |"]
+
+
+def test_the_tuning_ground_is_24_recordings_of_tuning_seeds_and_their_thinned_copies() -> None:
+    from tuning_ground import WORLDS, recordings
+
+    rec = recordings()
+    assert len(rec) == 24 and len({name for name, *_ in rec}) == 24
+    assert {kind for _, kind, _, _ in rec} == {"native", "sbe-burst", "thinned"}
+    # tuning seeds only (home 11-12 are the home world's tuning seeds): never training's or the suite's
+    assert all(301 <= w.seed <= 399 or (w.ranges is None and w.seed in (11, 12)) for w in WORLDS)
+    assert all(w.ranges is None or not w.ranges.startswith("shift-") for w in WORLDS)
+    assert all(k >= 2 for _, kind, _, k in rec if kind == "thinned")
+
+
+def _tuning_row(name: str, caught: int, incidents: int, ahead: int, predictable: int, false: int) -> dict:
+    m = {"caught": caught, "node_fault_incidents": incidents, "caught_predictively": ahead,
+         "predictable": predictable, "false_actions": false}
+    return {"group": "tuning", "name": name, "model": m, "rules_baseline": {**m, "false_actions": 0}}
+
+
+def test_tuning_rows_are_totalled_by_the_grounds_sets() -> None:
+    from bench_robustness import tuning_sets
+
+    text = tuning_sets([_tuning_row("tune-301", 28, 28, 13, 19, 0), _tuning_row("tune-302", 25, 25, 15, 18, 1),
+                        _tuning_row("tune-302-every3", 25, 25, 15, 18, 1), _tuning_row("elsewhere", 9, 9, 9, 9, 9)])
+    assert "| native | 2 | 53/53 | 28/37 | 1 / 0 |" in text
+    assert "| thinned | 1 | 25/25 | 15/18 | 1 / 0 |" in text
+    assert "| all | 3 | 78/78 | 43/55 | 2 / 0 |" in text  # a recording not of the ground is left out
+    assert tuning_sets([_tuning_row("elsewhere", 1, 1, 1, 1, 0)]) == ""
