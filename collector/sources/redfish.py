@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -33,6 +34,11 @@ from typing import Any
 
 from collector.sources.base import PermanentSourceError, Record, SourceBatch, SourceOptions, TransientSourceError
 from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_event
+
+log = logging.getLogger(__name__)
+
+#: Links of the newer Redfish schema (which deprecates Thermal and Power) that this source does not read yet.
+_NEWER = ("ThermalSubsystem", "PowerSubsystem", "Sensors", "EnvironmentMetrics")
 
 _THRESHOLDS = {"UpperThresholdNonCritical": "upper_noncritical", "UpperThresholdCritical": "upper_critical",
                "UpperThresholdFatal": "upper_fatal", "LowerThresholdNonCritical": "lower_noncritical",
@@ -197,6 +203,7 @@ class RedfishSource:
         if not isinstance(members, list):
             raise RedfishPayloadError(f"redfish: {self.url}/redfish/v1/Chassis has no 'Members' list")
         found: list[tuple[str, str, str]] = []
+        newer: set[str] = set()
         for i, m in enumerate(members):
             if not isinstance(m, dict) or not isinstance(m.get("@odata.id"), str):
                 raise RedfishPayloadError(f"redfish: Chassis Members[{i}] has no '@odata.id'")
@@ -206,6 +213,11 @@ class RedfishSource:
             for kind in ("Thermal", "Power"):
                 if link := self._link(chassis, kind, path):
                     found.append((cid, kind, link))
+            newer.update(k for k in _NEWER if k in chassis)
+        if not found:  # a source that samples nothing must say so, not look healthy
+            log.warning("redfish: none of the %d chassis at %s links a Thermal or Power resource, so this source "
+                        "reads no sensor%s; the ipmi source reads the same BMC's sensors", len(members), self.url,
+                        f" (the BMC offers {', '.join(sorted(newer))}, the newer schema, not read yet)" if newer else "")
         self._found, self._found_at = found, now
 
     def _readings(self, now: float) -> list[Record]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -349,3 +350,15 @@ def test_a_redfish_bmc_that_stops_answering_costs_one_request_and_the_next_sampl
         src.sample(1060.0)
     assert src.requests == n + 1  # no walk behind a BMC that does not answer
     assert src._found is None  # the sample after the backoff walks again
+
+
+def test_a_redfish_bmc_with_only_the_newer_schema_is_said_to_give_no_reading(redfish_tree, caplog) -> None:
+    tree = {"/redfish/v1/Chassis": {"Members": [{"@odata.id": "/redfish/v1/Chassis/HGX_GPU_SXM_1"}]},
+            "/redfish/v1/Chassis/HGX_GPU_SXM_1": {"Id": "HGX_GPU_SXM_1",
+                                                  "Sensors": {"@odata.id": "/redfish/v1/Chassis/HGX_GPU_SXM_1/Sensors"},
+                                                  "ThermalSubsystem": {"@odata.id": "/x"}}}
+    redfish_tree.tree = tree
+    src = RedfishSource("gpu-node-001", redfish_tree.url, timeout_s=2)
+    with caplog.at_level(logging.WARNING, logger="collector.sources.redfish"):
+        assert src.sample(1000.0).events == []
+    assert "none of the 1 chassis" in caplog.text and "Sensors, ThermalSubsystem" in caplog.text
