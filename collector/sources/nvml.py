@@ -12,8 +12,15 @@ whose field the driver refuses (older drivers lack some ids) falls back to its o
 Per field, an NVML error never costs the rest of the sample: the field is ``None``.
 "Not supported" is remembered per GPU and field, so a counter the GPU lacks (retired
 pages on Hopper, NVLink on a PCIe card) costs one call at start, not one per tick.
-Any other error (GPU lost, timeout) is counted in ``field_errors`` and retried next
-tick. No driver / no library → :class:`NvmlUnavailableError` naming what is missing.
+Any other error (a timeout) is counted in ``field_errors`` and retried next tick. No
+driver / no library → :class:`NvmlUnavailableError` naming what is missing.
+
+A GPU that NVML reports lost (``NVML_ERROR_GPU_IS_LOST`` on its first read of a sample, the
+PCI info: the GPU fell off the bus) gets **no row** that tick, and none of its other reads
+are made (on a lost GPU each can wait on the driver). Silence is what the pipeline and the
+simulator treat as a GPU gone (a row of nulls would read as a GPU still reporting); the
+kernel log's XID 79 says why. Logged when it goes and when it answers again; ``lost`` holds
+the GPUs lost now.
 
 ``xid_last`` is left ``None``: NVML only exposes XIDs through an event set, and the
 kernel-log source (``kmsg``) already turns every XID into an event.
@@ -84,6 +91,9 @@ class NvmlSource:
         self._unsupported: set[tuple[int, str]] = set()
         #: Per-field count of NVML errors other than "not supported" (GPU lost, timeout…).
         self.field_errors: Counter[str] = Counter()
+        #: GPUs whose last sample found them lost (NVML_ERROR_GPU_IS_LOST): they get no row.
+        self.lost: set[int] = set()
+        self._lost_code = getattr(m, "NVML_ERROR_GPU_IS_LOST", None)
         n = m.nvmlDeviceGetCount()
         self._handles = [m.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
         self._uuids = [self._static(i, m.nvmlDeviceGetUUID) for i in range(n)]
@@ -142,8 +152,31 @@ class NvmlSource:
     # ------------------------------------------------------------------ sampling
 
     def sample(self, now: float) -> SourceBatch:
-        """One row per GPU; any field NVML cannot give is ``None``."""
-        return SourceBatch(gpu=[self._sample_gpu(i, h, now) for i, h in enumerate(self._handles)])
+        """One row per GPU that is not lost; any field NVML cannot give is ``None``."""
+        rows = [self._sample_gpu(i, h, now) for i, h in enumerate(self._handles)]
+        return SourceBatch(gpu=[r for r in rows if r is not None])
+
+    def _pci_bus_id(self, i: int, h: Any) -> str | None | bool:
+        """The GPU's PCI bus id (``None`` when NVML cannot say), or ``False`` when NVML reports it lost."""
+        m = self._nvml
+        try:
+            bus = m.nvmlDeviceGetPciInfo(h).busId
+        except m.NVMLError as e:
+            if self._lost_code is not None and getattr(e, "value", None) == self._lost_code:
+                if i not in self.lost:
+                    log.warning("nvml: GPU %d (%s) is lost (NVML_ERROR_GPU_IS_LOST): no row for it until NVML "
+                                "answers for it again; the kernel log's XID 79 says why", i, self._uuids[i])
+                    self.lost.add(i)
+                return False
+            if getattr(e, "value", None) not in self._unsupported_codes:
+                if not self.field_errors["pci_bus_id"]:
+                    log.warning("nvml: GPU %d field pci_bus_id failed: %s", i, e)
+                self.field_errors["pci_bus_id"] += 1
+            bus = None
+        if i in self.lost:
+            log.info("nvml: GPU %d (%s) answers again", i, self._uuids[i])
+            self.lost.discard(i)
+        return bus.decode() if isinstance(bus, bytes) else bus if isinstance(bus, str) else None
 
     def _read(self, i: int, name: str, fn: Callable[[], Any]) -> Any:
         if (i, name) in self._unsupported:
@@ -159,12 +192,13 @@ class NvmlSource:
                 self.field_errors[name] += 1
             return None
 
-    def _sample_gpu(self, i: int, h: Any, now: float) -> dict[str, Any]:
+    def _sample_gpu(self, i: int, h: Any, now: float) -> dict[str, Any] | None:
         m = self._nvml
         r = self._read
-        row: dict[str, Any] = {"ts": now, "node": self.node, "gpu": i, "gpu_uuid": self._uuids[i]}
-        bus = r(i, "pci_bus_id", lambda: m.nvmlDeviceGetPciInfo(h).busId)
-        row["pci_bus_id"] = bus.decode() if isinstance(bus, bytes) else bus if isinstance(bus, str) else None
+        bus = self._pci_bus_id(i, h)
+        if bus is False:
+            return None
+        row: dict[str, Any] = {"ts": now, "node": self.node, "gpu": i, "gpu_uuid": self._uuids[i], "pci_bus_id": bus}
 
         util = r(i, "util", lambda: m.nvmlDeviceGetUtilizationRates(h))
         row["util_gpu"] = _num(util and util.gpu)

@@ -82,6 +82,26 @@ def test_other_nvml_error_nulls_the_field_is_counted_and_retried() -> None:
     assert src.sample(4.0).gpu[0]["power_w"] == pytest.approx(631.95)
 
 
+
+def test_a_gpu_nvml_reports_lost_gets_no_row_and_no_more_calls_until_it_answers(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Off the bus, every NVML call on the GPU fails: its silence, not a row of nulls, is what the pipeline and the
+    simulator read as a GPU gone."""
+    lost = FakeGpu(uuid="GPU-lost", pci_bus_id="00000000:19:00.0")
+    src, fake = _source([FakeGpu(), lost])
+    src.sample(0.0)
+    calls = fake.calls["nvmlDeviceGetPowerUsage"]
+    lost.failing.update({fn: pynvml.NVML_ERROR_GPU_IS_LOST for fn in
+                         ("nvmlDeviceGetPciInfo", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetUtilizationRates")})
+    with caplog.at_level("INFO", logger="collector.sources.nvml"):
+        for t in (1.0, 2.0):
+            assert [r["gpu"] for r in src.sample(t).gpu] == [0]
+        assert src.lost == {1} and fake.calls["nvmlDeviceGetPowerUsage"] == calls + 2  # GPU 0's only
+        assert sum("GPU 1 (GPU-lost) is lost" in r.getMessage() for r in caplog.records) == 1
+        lost.failing.clear()
+        assert [r["gpu"] for r in src.sample(3.0).gpu] == [0, 1]
+    assert src.lost == set() and "GPU 1 (GPU-lost) answers again" in caplog.text
+
 class PerFunctionNvmlSource(NvmlSource):
     """Reads every column through its own NVML function (what the source did before batching)."""
 
