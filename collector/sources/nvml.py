@@ -12,8 +12,8 @@ whose field the driver refuses (older drivers lack some ids) falls back to its o
 Per field, an NVML error never costs the rest of the sample: the field is ``None``.
 "Not supported" is remembered per GPU and field, so a counter the GPU lacks (retired
 pages on Hopper, NVLink on a PCIe card) costs one call at start, not one per tick.
-Any other error (a timeout) is counted in ``field_errors`` and retried next tick. No
-driver / no library → :class:`NvmlUnavailableError` naming what is missing.
+Any other error (a timeout; a GPU lost between two reads) is counted in ``field_errors`` and
+retried next tick. No driver / no library → :class:`NvmlUnavailableError` naming what is missing.
 
 A GPU that NVML reports lost (``NVML_ERROR_GPU_IS_LOST`` on its first read of a sample, the
 PCI info: the GPU fell off the bus) gets **no row** that tick, and none of its other reads
