@@ -52,6 +52,11 @@ class StartingSource:
         self._source: Source | None = None
         self._error: SourceError | None = None
 
+    @property
+    def started(self) -> Source | None:
+        """The source once its start has been taken (by a sample or :meth:`close`), else None."""
+        return self._source
+
     def _settle(self, timeout_s: float | None) -> bool:
         """Take the start's outcome once it has returned (waiting at most *timeout_s*; None: for
         ever): the source, or the error every sample raises. False while it is still running."""

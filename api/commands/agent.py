@@ -63,6 +63,8 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
         if sink is None:
             sink = sink_class(settings.sink).from_settings(settings)
         the_agent = Agent(settings, sources, sink)
+        if "nvml" in names:
+            the_agent.health_extras["nvml"] = lambda: _nvml_health(nv)
         if settings.commands_enabled and not once:
             from collector.command_loop import attach_commands
 
@@ -72,6 +74,14 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
             s.close()
         raise
     return the_agent
+
+
+def _nvml_health(nv: Any) -> dict[str, Any]:
+    """The health record's ``nvml`` section: the GPUs NVML reports lost (off the bus), which publish no rows."""
+    from collector.source_guard import StartingSource
+
+    src = nv.started if isinstance(nv, StartingSource) else nv
+    return {"gpus_lost": sorted(getattr(src, "lost", ()))}
 
 
 def _start_nvml(settings: Any, nvml: Any) -> tuple[Any, dict[str, int]]:

@@ -85,6 +85,20 @@ def test_composition_resolves_kernel_log_gpus_with_nvml_indexes(tmp_path: Path) 
         agent.close()
 
 
+
+def test_the_health_record_names_the_gpus_nvml_reports_lost(tmp_path: Path) -> None:
+    settings = AgentSettings(node="n1", sources="nvml", sink="stdout", health_file=None)
+    lost = FakeGpu(pci_bus_id="00000000:3B:00.0")
+    agent = compose_agent(settings, nvml=FakeNvml([FakeGpu(), lost]))
+    try:
+        agent.tick()
+        assert agent.health()["nvml"] == {"gpus_lost": []}
+        lost.failing["nvmlDeviceGetPciInfo"] = pynvml.NVML_ERROR_GPU_IS_LOST  # off the bus
+        agent.tick()
+        assert agent.health()["nvml"] == {"gpus_lost": [1]}
+    finally:
+        agent.close()
+
 @contextlib.contextmanager
 def running_agent(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """``gpuops agent *args`` as a real process (its output piped), killed on the way out if still running."""
