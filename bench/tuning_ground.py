@@ -87,9 +87,9 @@ def _config(w: World):  # noqa: ANN202 - a SimConfig
     from collector.simulator import SimConfig, draw_world, ranges_by_name, world_config
     from collector.simulator.config import DEFAULT_MIX
 
-    mix = {**DEFAULT_MIX, FaultClass.POWER: w.power_weight} if w.power_weight is not None else None
-    cfg = SimConfig(nodes=NODES, hours=HOURS, seed=w.seed, ports_per_node=w.ports_per_node,
-                    **({"mix": mix} if mix is not None else {}))
+    cfg = SimConfig(nodes=NODES, hours=HOURS, seed=w.seed, ports_per_node=w.ports_per_node)
+    if w.power_weight is not None:
+        cfg.mix = {**DEFAULT_MIX, FaultClass.POWER: w.power_weight}
     if w.ranges is None:
         return cfg
     return world_config(cfg, draw_world(w.seed, ranges_by_name(w.ranges), NODES))

@@ -145,8 +145,8 @@ class Agent:
         self.health_extras: dict[str, Callable[[], dict]] = {}
         #: Each source with the thread that samples it (``collector.source_guard``).
         #: The BMC sources sample every ``bmc_interval_s``, not every tick.
-        self._guards = [GuardedSource(s, self.clock.monotonic, settings.sample_every_s(s.name), settings.interval_s / 2)
-                        for s in self.sources]
+        self._guards = [GuardedSource(s, self.clock.monotonic, settings.sample_every_s(s.name), settings.interval_s / 2,
+                                      settings.source_stall_s) for s in self.sources]
         #: Seconds a tick waits for its sources: ``source_wait_s``, at most half an interval.
         self.wait_s = min(settings.source_wait_s, settings.interval_s / 2)
 
@@ -264,10 +264,9 @@ class Agent:
         self._last_tick_error[stage] = text
 
     def _source_running(self, g: GuardedSource) -> None:
-        """*g*'s call missed its tick: report it stalled once it has run ``source_stall_s``, or, for a source
-        sampled every ``bmc_interval_s``, once its next sample is due (a BMC walk of dozens of chassis is slow,
-        not stuck)."""
-        if not g.stall_reported and g.running_s() >= max(self.settings.source_stall_s, g.every_s or 0.0):
+        """*g*'s call missed its tick: report it stalled once it has run its ``stall_s`` (``source_stall_s``, or
+        for a source sampled every ``bmc_interval_s``, until its next sample is due)."""
+        if not g.stall_reported and g.running_s() >= g.stall_s:
             g.stall_reported = True
             self._source_failed(g.name, SourceStalled(
                 f"{g.name}: sample() has not returned for {g.running_s():.0f} s; the other sources go on, "

@@ -22,6 +22,7 @@ not answering).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -102,15 +103,17 @@ class GuardedSource:
     """
 
     def __init__(self, source: Source, monotonic: Callable[[], float] = time.monotonic,
-                 every_s: float | None = None, slack_s: float = 0.0) -> None:
+                 every_s: float | None = None, slack_s: float = 0.0, stall_s: float = math.inf) -> None:
         self.source = source
         self.name = source.name
         self._thread = CallThread(f"gpuops-source-{self.name}", monotonic)
-        self._sampled_for: float | None = None
         #: Seconds between two samples (None: whenever asked), with *slack_s* for ticks that run a little
         #: early (half an interval: a 60 s source on a 10 s tick samples every sixth tick).
         self.every_s, self._slack_s = every_s, slack_s
-        self._last_for: float | None = None
+        #: Seconds a call may run before it counts as stalled: *stall_s*, or until the next sample is due
+        #: if that is later (a BMC's walk of dozens of chassis is slow, not stuck).
+        self.stall_s = max(stall_s, every_s or 0.0)
+        self._last_for: float | None = None  # the ``now`` of the last sample asked for
         self._closed = False
         #: True once the running call has been reported stalled (reported once per call).
         self.stall_reported = False
@@ -127,7 +130,7 @@ class GuardedSource:
     @property
     def sampled_for(self) -> float | None:
         """The ``now`` the call in flight samples for."""
-        return self._sampled_for if self._thread.busy else None
+        return self._last_for if self._thread.busy else None
 
     def due(self, now: float) -> bool:
         """A sample is due at *now*: never sampled, or ``every_s`` (less the slack) has passed."""
@@ -139,7 +142,7 @@ class GuardedSource:
             return False
         started = self._thread.start(lambda: self.source.sample(now))
         if started:
-            self._sampled_for = self._last_for = now
+            self._last_for = now
         return started
 
     def take(self, timeout_s: float) -> SourceBatch | None:

@@ -74,6 +74,10 @@ FIELDS: tuple[tuple[str, str, float], ...] = (
 )
 
 
+class _GpuLost(Exception):
+    """NVML reports the GPU lost (``NVML_ERROR_GPU_IS_LOST``): its sample is skipped, not nulled."""
+
+
 class NvmlSource:
     """Samples every NVIDIA GPU on the node through NVML (one row per GPU per tick)."""
 
@@ -156,27 +160,15 @@ class NvmlSource:
         rows = [self._sample_gpu(i, h, now) for i, h in enumerate(self._handles)]
         return SourceBatch(gpu=[r for r in rows if r is not None])
 
-    def _pci_bus_id(self, i: int, h: Any) -> str | None | bool:
-        """The GPU's PCI bus id (``None`` when NVML cannot say), or ``False`` when NVML reports it lost."""
+    def _pci_info(self, h: Any) -> Any:
+        """``nvmlDeviceGetPciInfo(h).busId``, raising :class:`_GpuLost` when NVML reports the GPU lost."""
         m = self._nvml
         try:
-            bus = m.nvmlDeviceGetPciInfo(h).busId
+            return m.nvmlDeviceGetPciInfo(h).busId
         except m.NVMLError as e:
             if self._lost_code is not None and getattr(e, "value", None) == self._lost_code:
-                if i not in self.lost:
-                    log.warning("nvml: GPU %d (%s) is lost (NVML_ERROR_GPU_IS_LOST): no row for it until NVML "
-                                "answers for it again; the kernel log's XID 79 says why", i, self._uuids[i])
-                    self.lost.add(i)
-                return False
-            if getattr(e, "value", None) not in self._unsupported_codes:
-                if not self.field_errors["pci_bus_id"]:
-                    log.warning("nvml: GPU %d field pci_bus_id failed: %s", i, e)
-                self.field_errors["pci_bus_id"] += 1
-            bus = None
-        if i in self.lost:
-            log.info("nvml: GPU %d (%s) answers again", i, self._uuids[i])
-            self.lost.discard(i)
-        return bus.decode() if isinstance(bus, bytes) else bus if isinstance(bus, str) else None
+                raise _GpuLost from e
+            raise
 
     def _read(self, i: int, name: str, fn: Callable[[], Any]) -> Any:
         if (i, name) in self._unsupported:
@@ -195,10 +187,19 @@ class NvmlSource:
     def _sample_gpu(self, i: int, h: Any, now: float) -> dict[str, Any] | None:
         m = self._nvml
         r = self._read
-        bus = self._pci_bus_id(i, h)
-        if bus is False:
+        try:
+            bus = r(i, "pci_bus_id", lambda: self._pci_info(h))
+        except _GpuLost:
+            if i not in self.lost:
+                log.warning("nvml: GPU %d (%s) is lost (NVML_ERROR_GPU_IS_LOST): no row for it until NVML answers "
+                            "for it again; the kernel log's XID 79 says why", i, self._uuids[i])
+                self.lost.add(i)
             return None
-        row: dict[str, Any] = {"ts": now, "node": self.node, "gpu": i, "gpu_uuid": self._uuids[i], "pci_bus_id": bus}
+        if i in self.lost:
+            log.info("nvml: GPU %d (%s) answers again", i, self._uuids[i])
+            self.lost.discard(i)
+        row: dict[str, Any] = {"ts": now, "node": self.node, "gpu": i, "gpu_uuid": self._uuids[i]}
+        row["pci_bus_id"] = bus.decode() if isinstance(bus, bytes) else bus if isinstance(bus, str) else None
 
         util = r(i, "util", lambda: m.nvmlDeviceGetUtilizationRates(h))
         row["util_gpu"] = _num(util and util.gpu)

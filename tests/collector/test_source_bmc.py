@@ -158,25 +158,43 @@ def test_a_bmc_interval_at_or_under_the_tick_samples_the_bmc_every_tick(fake_clo
     assert seen == [0.0, 10.0, 20.0]
 
 
+class _RedfishTree:
+    """A Redfish service over HTTP whose resources a test edits (``tree``: path -> JSON object, or the raw
+    bytes of a malformed one), counting GETs."""
+
+    def __init__(self, tree: dict[str, dict | bytes]) -> None:
+        self.tree, self.gets = tree, []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                outer.gets.append(self.path)
+                body = outer.tree.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body if isinstance(body, bytes) else json.dumps(body or {"error": "not found"}).encode())
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        """Stop answering (what a dead BMC does); closing twice is fine."""
+        if self.srv.fileno() != -1:
+            self.srv.shutdown()
+            self.srv.server_close()
+
+
 @pytest.fixture
 def bad_redfish() -> Iterator[str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            body = b'{"Members": [{"@odata.id": "/redfish/v1/Chassis/1"}]}' if self.path.endswith("Chassis") \
-                else b'{"Id": "1", "Thermal": {"@odata.id": "/t"}' if self.path.endswith("/1") else b"[]"
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+    srv = _RedfishTree({"/redfish/v1/Chassis": {"Members": [{"@odata.id": "/redfish/v1/Chassis/1"}]},
+                        "/redfish/v1/Chassis/1": b'{"Id": "1", "Thermal": {"@odata.id": "/t"}', "/t": b"[]"})
+    yield srv.url
+    srv.close()
 
 
 @pytest.mark.bmc
@@ -268,34 +286,6 @@ def test_redfish_power_gives_each_psus_health_and_the_consumption_against_the_po
         power_events("gpu-node-001", 1.0, "1U", {"PowerControl": {}}, "http://bmc/Power")
 
 
-class _RedfishTree:
-    """A Redfish service over HTTP whose resources a test edits (``tree``: path -> JSON object), counting GETs."""
-
-    def __init__(self, tree: dict[str, dict]) -> None:
-        self.tree, self.gets = tree, []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.gets.append(self.path)
-                body = outer.tree.get(self.path)
-                self.send_response(200 if body is not None else 404)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(json.dumps(body or {"error": "not found"}).encode())
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.srv.shutdown()
-        self.srv.server_close()
-
-
 def _hgx(board: str = "HGX_Baseboard_0", others: int = 6) -> dict[str, dict]:
     """A chassis collection like an HGX board's: one chassis with Thermal and Power, *others* with neither."""
     members = [board] + [f"HGX_GPU_SXM_{i}" for i in range(1, others + 1)]
@@ -343,8 +333,7 @@ def test_a_chassis_renumbered_on_the_bmc_is_found_again_in_the_same_sample(redfi
 def test_a_redfish_bmc_that_stops_answering_costs_one_request_and_the_next_sample_walks_again(redfish_tree) -> None:
     src = RedfishSource("gpu-node-001", redfish_tree.url, timeout_s=2)
     src.sample(1000.0)
-    redfish_tree.srv.shutdown()
-    redfish_tree.srv.server_close()  # now nothing answers
+    redfish_tree.close()  # now nothing answers
     n = src.requests
     with pytest.raises(TransientSourceError, match="did not answer"):
         src.sample(1060.0)
