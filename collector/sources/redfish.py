@@ -1,20 +1,29 @@
-"""Redfish BMC source: each chassis' Thermal (temperatures, fans) and Power (PSUs) as sensor events.
+"""Redfish BMC source: each chassis' temperatures, fans and power supplies as sensor events.
 
-``GET {url}/redfish/v1/Chassis``, then for each member its ``Thermal`` and, where linked,
-``Power`` resource (urllib, HTTP basic auth when a user is set, a timeout on every request).
-Readings become ``bmc_sensor`` events with the BMC's own thresholds
-(:mod:`collector.sources.bmc_common`): temperatures from ``ReadingCelsius`` and
-``Upper/LowerThreshold*``; fans from ``Reading`` (``ReadingUnits``) and their thresholds;
-power supplies from ``Status.Health`` (``status``; value ``LastPowerOutputWatts``), and
-each PowerControl's ``PowerConsumedWatts`` against its ``PowerLimit``.
+``GET {url}/redfish/v1/Chassis``, then each member (urllib, HTTP basic auth when a user is set, a
+timeout on every request). A chassis is read through the schema it offers:
+
+* **``Thermal`` and ``Power``** (the schema before Redfish 2020.4): temperatures from
+  ``ReadingCelsius`` and ``Upper/LowerThreshold*``; fans from ``Reading`` (``ReadingUnits``) and
+  their thresholds; power supplies from ``Status.Health`` (``status``; value
+  ``LastPowerOutputWatts``), and each PowerControl's ``PowerConsumedWatts`` against its ``PowerLimit``.
+* **``Sensors`` and ``PowerSubsystem``**, for a chassis that links neither of the old two (OpenBMC's
+  bmcweb builds without them by default): temperature, RPM fan and power sensors with their
+  ``Thresholds``, and each power supply's health (:mod:`collector.sources.redfish_sensors`). Where
+  the service root says the BMC expands collections (``ProtocolFeaturesSupported.ExpandQuery``), a
+  collection and all its members cost one request (``$expand=.($levels=1)``); otherwise each sensor
+  read is a request of its own, and the walk logs how many a sample makes. A BMC that advertises the
+  query but refuses it (an HTTP error) or ignores it (members as bare links) is read member by member,
+  with one warning.
+
+Readings become ``bmc_sensor`` events with the BMC's own thresholds (:mod:`collector.sources.bmc_common`).
 
 A BMC can take a second or more per request, and an HGX board lists dozens of chassis
-(baseboard, GPUs, NVSwitches, retimers), many with neither resource. So the walk (the
-collection and each member) is made once and kept: a sample asks only for the
-``Thermal`` and ``Power`` resources found, and the walk is made again after
-:data:`REDISCOVER_S`, or within the same sample when a resource it found stops answering
-(HTTP 404 or 410: a chassis replaced or renumbered). Any other failure drops the walk too,
-so the sample after it walks again.
+(baseboard, GPUs, NVSwitches, retimers), many with nothing to read. So the walk (the collection,
+each member, and which sensors and supplies they hold) is made once and kept: a sample asks only
+for the resources found, and the walk is made again after :data:`REDISCOVER_S`, or within the
+same sample when a resource it found stops answering (HTTP 404 or 410: a chassis replaced or
+renumbered). Any other failure drops the walk too, so the sample after it walks again.
 
 The password comes from ``redfish_password_file`` or ``$REDFISH_PASSWORD``, never argv.
 A BMC that does not answer raises :class:`TransientSourceError` (the source backs off);
@@ -30,15 +39,17 @@ import logging
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from collector.sources.base import PermanentSourceError, Record, SourceBatch, SourceOptions, TransientSourceError
 from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_event
+from collector.sources.redfish_sensors import (RedfishPayloadError, expand_query, expanded_members, number,
+                                               power_supply_events, sensor_events, sensor_type_of)
+
+__all__ = ["REDISCOVER_S", "RedfishGone", "RedfishHTTPError", "RedfishPayloadError", "RedfishSource",
+           "power_events", "thermal_events"]
 
 log = logging.getLogger(__name__)
-
-#: Links of the newer Redfish schema (which deprecates Thermal and Power) that this source does not read yet.
-_NEWER = ("ThermalSubsystem", "PowerSubsystem", "Sensors", "EnvironmentMetrics")
 
 _THRESHOLDS = {"UpperThresholdNonCritical": "upper_noncritical", "UpperThresholdCritical": "upper_critical",
                "UpperThresholdFatal": "upper_fatal", "LowerThresholdNonCritical": "lower_noncritical",
@@ -49,16 +60,27 @@ _THRESHOLDS = {"UpperThresholdNonCritical": "upper_noncritical", "UpperThreshold
 REDISCOVER_S = 3600.0
 
 
-class RedfishPayloadError(TransientSourceError):
-    """The BMC answered with something that is not the Redfish resource expected."""
+class RedfishHTTPError(TransientSourceError):
+    """The BMC answered a request with an HTTP error status (``code``)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-class RedfishGone(TransientSourceError):
+class RedfishGone(RedfishHTTPError):
     """The BMC answered that a resource is not there (HTTP 404 or 410): its chassis were renumbered or replaced."""
 
 
-def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+class _Found(NamedTuple):
+    """One resource the walk found: its chassis, what it is (``Thermal``, ``Power``, ``Sensors``,
+    ``PowerSupplies``), its path, and for the two collections the members a sample reads when it does
+    not expand them."""
+
+    chassis: str
+    kind: str
+    path: str
+    members: tuple[str, ...] = ()
 
 
 def _members(resource: dict[str, Any], key: str, url: str) -> list[tuple[int, dict[str, Any]]]:
@@ -79,10 +101,10 @@ def thermal_events(node: str, ts: float, chassis: str, thermal: dict[str, Any], 
     for key, stype in (("Temperatures", "temperature"), ("Fans", "fan")):
         for i, t in _members(thermal, key, url):
             name = str(t.get("Name") or t.get("FanName") or f"{key}[{i}]")
-            value = _number(t.get("ReadingCelsius") if stype == "temperature" else t.get("Reading"))
+            value = number(t.get("ReadingCelsius") if stype == "temperature" else t.get("Reading"))
             unit = "Cel" if stype == "temperature" else str(t.get("ReadingUnits") or "RPM")
             status = t.get("Status") if isinstance(t.get("Status"), dict) else {}
-            thresholds = {ours: _number(t.get(theirs)) for theirs, ours in _THRESHOLDS.items()}
+            thresholds = {ours: number(t.get(theirs)) for theirs, ours in _THRESHOLDS.items()}
             out.append(sensor_event(node, ts, f"{chassis}/{name}", stype, value, unit, status.get("Health"),
                                     thresholds, "redfish"))
     return out
@@ -98,16 +120,16 @@ def power_events(node: str, ts: float, chassis: str, power: dict[str, Any], url:
             status = p.get("Status") if isinstance(p.get("Status"), dict) else {}
             name = f"{chassis}/{p.get('Name') or f'{unnamed}{i}'}"
             if stype == "power_supply":
-                value, thresholds = _number(p.get("LastPowerOutputWatts")), {}
+                value, thresholds = number(p.get("LastPowerOutputWatts")), {}
             else:
                 limit = p.get("PowerLimit") if isinstance(p.get("PowerLimit"), dict) else {}
-                value, thresholds = _number(p.get("PowerConsumedWatts")), {"upper_critical": limit.get("LimitInWatts")}
+                value, thresholds = number(p.get("PowerConsumedWatts")), {"upper_critical": limit.get("LimitInWatts")}
             out.append(sensor_event(node, ts, name, stype, value, "W", status.get("Health"), thresholds, "redfish"))
     return out
 
 
 class RedfishSource:
-    """Reads every chassis' Thermal and Power resources from a Redfish service."""
+    """Reads every chassis' Thermal and Power resources, or its Sensors and power supplies, from a Redfish service."""
 
     name = "redfish"
 
@@ -121,9 +143,11 @@ class RedfishSource:
         if user:
             self._auth = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
         self.backoff = SourceBackoff()
-        #: The walk's Thermal and Power resources: (chassis id, "Thermal" | "Power", path); when it was made.
-        self._found: list[tuple[str, str, str]] | None = None
+        #: The walk's resources, and when it was made.
+        self._found: list[_Found] | None = None
         self._found_at = 0.0
+        #: The query that expands a collection on this BMC ("" when it cannot); None until a walk needs it.
+        self._expand: str | None = None
         #: GET requests made (what a sample costs the BMC).
         self.requests = 0
 
@@ -146,8 +170,8 @@ class RedfishSource:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - operator's URL
                 raw = resp.read()
         except urllib.error.HTTPError as e:
-            gone = RedfishGone if e.code in (404, 410) else TransientSourceError
-            raise gone(f"redfish: GET {url} answered HTTP {e.code} {e.reason}") from e
+            gone = RedfishGone if e.code in (404, 410) else RedfishHTTPError
+            raise gone(f"redfish: GET {url} answered HTTP {e.code} {e.reason}", e.code) from e
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise TransientSourceError(f"redfish: BMC at {self.url} did not answer GET {path}: {e}") from e
         try:
@@ -197,35 +221,104 @@ class RedfishSource:
         return self._readings(now)
 
     def _walk(self, now: float) -> None:
-        self._found = None
+        self._found, self._expand = None, None
         coll = self.get("/redfish/v1/Chassis")
         members = coll.get("Members")
         if not isinstance(members, list):
             raise RedfishPayloadError(f"redfish: {self.url}/redfish/v1/Chassis has no 'Members' list")
-        found: list[tuple[str, str, str]] = []
-        newer: set[str] = set()
+        found: list[_Found] = []
         for i, m in enumerate(members):
             if not isinstance(m, dict) or not isinstance(m.get("@odata.id"), str):
                 raise RedfishPayloadError(f"redfish: Chassis Members[{i}] has no '@odata.id'")
             path = m["@odata.id"]
             chassis = self.get(path)
             cid = str(chassis.get("Id") or path.rsplit("/", 1)[-1])
-            for kind in ("Thermal", "Power"):
-                if link := self._link(chassis, kind, path):
-                    found.append((cid, kind, link))
-            newer.update(k for k in _NEWER if k in chassis)
+            old = [_Found(cid, kind, link) for kind in ("Thermal", "Power") if (link := self._link(chassis, kind, path))]
+            found.extend(old or self._walk_newer(cid, chassis, path))
         if not found:  # a source that samples nothing must say so, not look healthy
-            log.warning("redfish: none of the %d chassis at %s links a Thermal or Power resource, so this source "
-                        "reads no sensor%s; the ipmi source reads the same BMC's sensors", len(members), self.url,
-                        f" (the BMC offers {', '.join(sorted(newer))}, the newer schema, not read yet)" if newer else "")
+            log.warning("redfish: none of the %d chassis at %s links a Thermal, Power, Sensors or PowerSubsystem "
+                        "resource, so this source reads no sensor; the ipmi source reads the same BMC's sensors",
+                        len(members), self.url)
+        elif not self._expand and (each := sum(len(f.members) for f in found)):
+            log.info("redfish: %s reads %d sensors and power supplies one request each (the BMC does not expand "
+                     "collections): %d requests a sample", self.url, each, each + sum(not f.members for f in found))
         self._found, self._found_at = found, now
+
+    def _walk_newer(self, cid: str, chassis: dict[str, Any], path: str) -> list[_Found]:
+        """A chassis without Thermal or Power: its Sensors gpuops reads, and its power supplies."""
+        found = []
+        if link := self._link(chassis, "Sensors", path):
+            sensors = self._collection(link)
+            found.append(_Found(cid, "Sensors", link, tuple(s["@odata.id"] for s in sensors
+                                                           if sensor_type_of(s) and isinstance(s.get("@odata.id"), str))))
+        if link := self._link(chassis, "PowerSubsystem", path):
+            if psus := self._link(self.get(link), "PowerSupplies", self.url + link):
+                supplies = self._collection(psus)
+                found.append(_Found(cid, "PowerSupplies", psus, tuple(p["@odata.id"] for p in supplies
+                                                                      if isinstance(p.get("@odata.id"), str))))
+        return [f for f in found if f.members]  # a collection with nothing gpuops reads costs no request
+
+    def _collection(self, path: str) -> list[dict[str, Any]]:
+        """Every member of the collection at *path*: expanded in one request where the BMC can, else one each."""
+        if self._expand is None:
+            self._expand = expand_query(self.get("/redfish/v1"))
+        if self._expand:
+            try:
+                return self._expanded(path)
+            except _ExpandRefused as e:
+                log.warning("redfish: %s; reading each member instead", e)
+                self._expand = ""
+        links = self.get(path).get("Members")
+        if not isinstance(links, list):
+            raise RedfishPayloadError(f"redfish: {self.url}{path} has no 'Members' list")
+        out = []
+        for i, m in enumerate(links):
+            if not isinstance(m, dict) or not isinstance(m.get("@odata.id"), str):
+                raise RedfishPayloadError(f"redfish: {self.url}{path}: Members[{i}] has no '@odata.id'")
+            out.append(self.get(m["@odata.id"]))
+        return out
+
+    def _expanded(self, path: str) -> list[dict[str, Any]]:
+        """The members of *path* in one expanded request; :class:`_ExpandRefused` when the BMC refuses the query
+        or ignores it."""
+        try:
+            body = self.get(path + self._expand)
+        except RedfishHTTPError as e:
+            raise _ExpandRefused(f"the BMC advertises $expand but refused it ({e})") from e
+        members = expanded_members(body)
+        if members is None:
+            raise _ExpandRefused(f"the BMC advertises $expand but answered {self.url}{path}{self._expand} with "
+                                 f"links only")
+        return members
 
     def _readings(self, now: float) -> list[Record]:
         events: list[Record] = []
-        for cid, kind, path in self._found or ():
-            read = thermal_events if kind == "Thermal" else power_events
-            events.extend(read(self.node, now, cid, self.get(path), self.url + path))
+        for f in self._found or ():
+            url = self.url + f.path
+            if f.kind in ("Thermal", "Power"):
+                read = thermal_events if f.kind == "Thermal" else power_events
+                events.extend(read(self.node, now, f.chassis, self.get(f.path), url))
+                continue
+            items = self._members_now(f)
+            if f.kind == "Sensors":
+                events.extend(sensor_events(self.node, now, f.chassis, items, url))
+            else:
+                events.extend(power_supply_events(self.node, now, f.chassis, items))
         return events
+
+    def _members_now(self, f: _Found) -> list[dict[str, Any]]:
+        """The members of a found collection, read now: expanded, else (or once the BMC refuses it) one by one."""
+        if self._expand:
+            try:
+                return self._expanded(f.path)
+            except _ExpandRefused as e:
+                log.warning("redfish: %s; reading each member instead", e)
+                self._expand = ""
+        return [self.get(m) for m in f.members]
 
     def close(self) -> None:
         """No connection is held between samples (only the walk's paths)."""
+
+
+class _ExpandRefused(Exception):
+    """The BMC advertised ``$expand`` and then refused or ignored it."""

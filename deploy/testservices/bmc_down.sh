@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop the test BMC services started by bmc_up.sh (ipmi_sim, its console holder, sushy-emulator).
+# Stop the test BMC services started by bmc_up.sh (ipmi_sim, its console holder, sushy-emulator, sushy-static).
 # Usage: deploy/testservices/bmc_down.sh [--purge]   (--purge also deletes $BMC_ROOT: SEL, users, logs)
 set -euo pipefail
 BMC_ROOT=${BMC_ROOT:-/tmp/gpuops-bmc}
@@ -17,5 +17,6 @@ stop() {  # $1 = pid file, $2 = word its cmdline must contain (never kill a recy
 stop "$BMC_ROOT/ipmi_sim.pid" ipmi_sim
 stop "$BMC_ROOT/console_holder.pid" sleep
 stop "$BMC_ROOT/sushy.pid" sushy-emulator
+stop "$BMC_ROOT/sushy_static.pid" sushy-static
 if [[ ${1:-} == --purge ]]; then rm -rf "$BMC_ROOT"; fi
 echo "[bmc_down] stopped" >&2

@@ -5,17 +5,23 @@
 #     ("Inlet Temp" 24 degrees C, upper thresholds 40/45/50; "FAN1" 5400 RPM, lower thresholds
 #     800/500/250); read them with ipmitool (package `ipmitool`);
 #   - sushy-emulator --fake (PyPI `sushy-tools`), a Redfish service with Chassis Thermal + thresholds
-#     (sushy-tools 2.2 --fake serves no Chassis Power / PowerSubsystem resource: 404).
+#     (sushy-tools 2.2 --fake serves no Chassis Power / PowerSubsystem resource: 404);
+#   - sushy-static (the same package's static Redfish responder) serving the mockup in
+#     redfish_newer_schema.json (path -> resource, written out as <path>/index.json): a BMC with only
+#     the newer schema, shaped like OpenBMC's bmcweb built without the deprecated Thermal and Power
+#     (Sensors with Thresholds, PowerSubsystem/PowerSupplies, no $expand), plus an HGX GPU chassis.
 # Usage: deploy/testservices/bmc_up.sh   (root installs what is missing: apt openipmi ipmitool, pip sushy-tools)
 # Environment: BMC_ROOT (default /tmp/gpuops-bmc), BMC_IPMI_PORT (16230), BMC_REDFISH_PORT (16231),
-#   PYTHON (python, else python3).
+#   BMC_REDFISH_NEWER_PORT (16232), PYTHON (python, else python3).
 # State, pid files and logs live in $BMC_ROOT; the IPMI user is `gpuops` and its password is in
 # $BMC_ROOT/ipmi.pass (mode 600). The last stdout line is
-#   export GPUOPS_TEST_BMC=ipmi=127.0.0.1:PORT,redfish=http://127.0.0.1:PORT,passfile=PATH
+#   export GPUOPS_TEST_BMC=ipmi=127.0.0.1:PORT,redfish=http://127.0.0.1:PORT,redfish_newer=http://127.0.0.1:PORT,passfile=PATH
 set -euo pipefail
 BMC_ROOT=${BMC_ROOT:-/tmp/gpuops-bmc}
 IPMI_PORT=${BMC_IPMI_PORT:-16230}
 REDFISH_PORT=${BMC_REDFISH_PORT:-16231}
+REDFISH_NEWER_PORT=${BMC_REDFISH_NEWER_PORT:-16232}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if [[ -n ${PYTHON:-} ]]; then :; elif command -v python >/dev/null; then PYTHON=python; else PYTHON=python3; fi
 log() { printf '[bmc_up] %s\n' "$*" >&2; }
 
@@ -35,6 +41,9 @@ if ! "$PYTHON" -c 'import sushy_tools' 2>/dev/null; then
 fi
 SUSHY=$("$PYTHON" -c 'import shutil, sys, os; p = os.path.join(os.path.dirname(sys.executable), "sushy-emulator"); print(p if os.path.exists(p) else (shutil.which("sushy-emulator") or ""))')
 [[ -n $SUSHY ]] || { log "sushy-emulator not found after installing sushy-tools"; exit 1; }
+SUSHY_STATIC="$(dirname "$SUSHY")/sushy-static"
+[[ -x $SUSHY_STATIC ]] || SUSHY_STATIC=$(command -v sushy-static || true)
+[[ -n $SUSHY_STATIC ]] || { log "sushy-static not found beside $SUSHY"; exit 1; }
 
 mkdir -p "$BMC_ROOT/state" "$BMC_ROOT/log"
 chmod 700 "$BMC_ROOT"
@@ -120,6 +129,24 @@ else
   echo $! >"$BMC_ROOT/sushy.pid"
   log "sushy-emulator started (pid $!) on 127.0.0.1:$REDFISH_PORT"
 fi
+# the newer-schema mockup, written afresh at every start (sushy-static reads the files per request)
+rm -rf "$BMC_ROOT/redfish-newer"
+"$PYTHON" - "$HERE/redfish_newer_schema.json" "$BMC_ROOT/redfish-newer" <<'PY'
+import json, pathlib, sys
+root = pathlib.Path(sys.argv[2])
+for path, resource in json.loads(pathlib.Path(sys.argv[1]).read_text()).items():
+    d = root / path.removeprefix("/redfish/v1").strip("/")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "index.json").write_text(json.dumps(resource, indent=1))
+PY
+if alive "$BMC_ROOT/sushy_static.pid" sushy-static; then
+  log "sushy-static already running (pid $(<"$BMC_ROOT/sushy_static.pid"))"
+else
+  setsid "$PYTHON" "$SUSHY_STATIC" -i 127.0.0.1 -p "$REDFISH_NEWER_PORT" -m "$BMC_ROOT/redfish-newer" \
+    </dev/null >"$BMC_ROOT/log/sushy_static.log" 2>&1 &
+  echo $! >"$BMC_ROOT/sushy_static.pid"
+  log "sushy-static started (pid $!) on 127.0.0.1:$REDFISH_NEWER_PORT"
+fi
 
 # -C 3 (RMCP+ with HMAC-SHA1 + AES): ipmi_sim does not answer "Get Channel Cipher Suites", and
 # ipmitool's default negotiation then takes seconds of retries before failing with -C 17
@@ -143,4 +170,11 @@ for _ in $(seq 1 150); do
   sleep 0.1
 done
 [[ $ok == 1 ]] || { log "sushy-emulator did not answer; see $BMC_ROOT/log/sushy.log"; exit 1; }
-echo "export GPUOPS_TEST_BMC=ipmi=127.0.0.1:$IPMI_PORT,redfish=http://127.0.0.1:$REDFISH_PORT,passfile=$BMC_ROOT/ipmi.pass"
+ok=0
+for _ in $(seq 1 100); do
+  if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$REDFISH_NEWER_PORT/redfish/v1/Chassis" 2>/dev/null) == 200 ]]; then ok=1; break; fi
+  alive "$BMC_ROOT/sushy_static.pid" sushy-static || break
+  sleep 0.1
+done
+[[ $ok == 1 ]] || { log "sushy-static did not answer; see $BMC_ROOT/log/sushy_static.log"; exit 1; }
+echo "export GPUOPS_TEST_BMC=ipmi=127.0.0.1:$IPMI_PORT,redfish=http://127.0.0.1:$REDFISH_PORT,redfish_newer=http://127.0.0.1:$REDFISH_NEWER_PORT,passfile=$BMC_ROOT/ipmi.pass"

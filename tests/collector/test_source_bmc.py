@@ -159,18 +159,18 @@ def test_a_bmc_interval_at_or_under_the_tick_samples_the_bmc_every_tick(fake_clo
 
 
 class _RedfishTree:
-    """A Redfish service over HTTP whose resources a test edits (``tree``: path -> JSON object, or the raw
-    bytes of a malformed one), counting GETs."""
+    """A Redfish service over HTTP whose resources a test edits (``tree``: path with its query -> JSON object, or
+    the raw bytes of a malformed one; ``status``: path -> an HTTP status other than 200), counting GETs."""
 
     def __init__(self, tree: dict[str, dict | bytes]) -> None:
-        self.tree, self.gets = tree, []
+        self.tree, self.gets, self.status = tree, [], {}
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 outer.gets.append(self.path)
                 body = outer.tree.get(self.path)
-                self.send_response(200 if body is not None else 404)
+                self.send_response(outer.status.get(self.path, 200 if body is not None else 404))
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
                 self.wfile.write(body if isinstance(body, bytes) else json.dumps(body or {"error": "not found"}).encode())
@@ -339,15 +339,3 @@ def test_a_redfish_bmc_that_stops_answering_costs_one_request_and_the_next_sampl
         src.sample(1060.0)
     assert src.requests == n + 1  # no walk behind a BMC that does not answer
     assert src._found is None  # the sample after the backoff walks again
-
-
-def test_a_redfish_bmc_with_only_the_newer_schema_is_said_to_give_no_reading(redfish_tree, caplog) -> None:
-    tree = {"/redfish/v1/Chassis": {"Members": [{"@odata.id": "/redfish/v1/Chassis/HGX_GPU_SXM_1"}]},
-            "/redfish/v1/Chassis/HGX_GPU_SXM_1": {"Id": "HGX_GPU_SXM_1",
-                                                  "Sensors": {"@odata.id": "/redfish/v1/Chassis/HGX_GPU_SXM_1/Sensors"},
-                                                  "ThermalSubsystem": {"@odata.id": "/x"}}}
-    redfish_tree.tree = tree
-    src = RedfishSource("gpu-node-001", redfish_tree.url, timeout_s=2)
-    with caplog.at_level(logging.WARNING, logger="collector.sources.redfish"):
-        assert src.sample(1000.0).events == []
-    assert "none of the 1 chassis" in caplog.text and "Sensors, ThermalSubsystem" in caplog.text
