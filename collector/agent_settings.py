@@ -83,6 +83,12 @@ class AgentSettings(BaseSettings):
     redfish_user: str | None = Field(None, description="Redfish user (HTTP basic auth); none: no auth header.")
     redfish_password_file: Path | None = Field(None, description=(
         "File holding the Redfish password (first line, mode 600); else $REDFISH_PASSWORD."))
+    redfish_ca_file: Path | None = Field(None, description=(
+        "PEM file of the CA that signed the BMC's HTTPS certificate, or the BMC's own self-signed certificate "
+        "(what most BMCs ship with); none: the system's CAs. The certificate must also name the host in redfish_url."))
+    redfish_tls_verify: bool = Field(True, description=(
+        "Check the BMC's HTTPS certificate. false skips the check (and warns at start): anyone on the management "
+        "network could then read the Redfish password. Prefer redfish_ca_file."))
 
     source_wait_s: float = Field(2.0, gt=0, description=(
         "Seconds a tick waits for its sources, each sampling in its own thread (at most half of interval_s). "
@@ -166,7 +172,8 @@ class AgentSettings(BaseSettings):
         return self.publish_every_ticks * self.interval_s
 
     @field_validator("health_file", "kmsg_file", "dcgm_url", "command_key_file", "bmc_host", "bmc_user",
-                     "bmc_password_file", "bmc_state_file", "redfish_url", "redfish_user", "redfish_password_file", mode="before")
+                     "bmc_password_file", "bmc_state_file", "redfish_url", "redfish_user", "redfish_password_file", "redfish_ca_file",
+                     mode="before")
     @classmethod
     def _empty_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and v.strip() in ("", "none", "None") else v

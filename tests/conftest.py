@@ -271,26 +271,30 @@ BMC_HINT = ("start the test BMCs with `eval \"$(deploy/testservices/bmc_up.sh | 
 
 @pytest.fixture(scope="session")
 def bmc() -> dict[str, str]:
-    """The test BMC services from ``GPUOPS_TEST_BMC`` (``ipmi=H:P,redfish=URL,redfish_newer=URL,passfile=PATH``),
-    checked up.
+    """The test BMC services from ``GPUOPS_TEST_BMC``
+    (``ipmi=H:P,redfish=URL,redfish_newer=URL,redfish_ca=PATH,passfile=PATH``), checked up.
 
-    Keys: ``ipmi_host``, ``ipmi_port``, ``redfish`` (sushy-emulator), ``redfish_newer`` (sushy-static serving a
-    BMC with only the newer schema), ``passfile``; the IPMI user is ``gpuops``.
+    Keys: ``ipmi_host``, ``ipmi_port``, ``redfish`` (sushy-emulator, HTTP), ``redfish_newer`` (sushy-static over
+    HTTPS, serving a BMC with only the newer schema), ``redfish_ca`` (its self-signed certificate), ``passfile``;
+    the IPMI user is ``gpuops``.
     """
     raw = os.environ.get("GPUOPS_TEST_BMC", "").strip()
     if not raw:
         service_missing(f"GPUOPS_TEST_BMC not set; {BMC_HINT}")
     parts = dict(p.split("=", 1) for p in raw.split(",") if "=" in p)
-    if not {"ipmi", "redfish", "redfish_newer", "passfile"} <= parts.keys():
-        service_missing(f"GPUOPS_TEST_BMC={raw!r} lacks ipmi=, redfish=, redfish_newer= or passfile=; {BMC_HINT}")
+    if not {"ipmi", "redfish", "redfish_newer", "redfish_ca", "passfile"} <= parts.keys():
+        service_missing(f"GPUOPS_TEST_BMC={raw!r} lacks ipmi=, redfish=, redfish_newer=, redfish_ca= or passfile=; "
+                        f"{BMC_HINT}")
     if shutil.which("ipmitool") is None:
         service_missing(f"ipmitool not installed (apt-get install ipmitool); {BMC_HINT}")
     host, _, port = parts["ipmi"].rpartition(":")
+    import ssl
     import urllib.request
     for key in ("redfish", "redfish_newer"):
         try:
-            urllib.request.urlopen(parts[key] + "/redfish/v1/Chassis", timeout=5).read()
+            urllib.request.urlopen(parts[key] + "/redfish/v1/Chassis", timeout=5,
+                                   context=ssl.create_default_context(cafile=parts["redfish_ca"])).read()
         except OSError as e:
             service_missing(f"Redfish test BMC at {parts[key]} does not answer ({e}); {BMC_HINT}")
     return {"ipmi_host": host, "ipmi_port": port, "redfish": parts["redfish"], "redfish_newer": parts["redfish_newer"],
-            "passfile": parts["passfile"], "user": "gpuops"}
+            "redfish_ca": parts["redfish_ca"], "passfile": parts["passfile"], "user": "gpuops"}

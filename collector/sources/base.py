@@ -110,6 +110,8 @@ class SourceOptions:
     redfish_url: str | None = None
     redfish_user: str | None = None
     redfish_password_file: Path | None = None
+    redfish_ca_file: Path | None = None
+    redfish_tls_verify: bool = True
 
 
 #: Source name → "module:Class". Imported lazily so that ``gpuops agent --sources

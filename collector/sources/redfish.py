@@ -25,7 +25,10 @@ for the resources found, and the walk is made again after :data:`REDISCOVER_S`, 
 same sample when a resource it found stops answering (HTTP 404 or 410: a chassis replaced or
 renumbered). Any other failure drops the walk too, so the sample after it walks again.
 
-The password comes from ``redfish_password_file`` or ``$REDFISH_PASSWORD``, never argv.
+The password comes from ``redfish_password_file`` or ``$REDFISH_PASSWORD``, never argv. An ``https://``
+BMC's certificate is checked against ``redfish_ca_file`` (its CA, or the BMC's own self-signed
+certificate) or else the system's CAs; a certificate that does not verify is an error saying which
+setting to give, and ``redfish_tls_verify: false`` skips the check with a warning.
 A BMC that does not answer raises :class:`TransientSourceError` (the source backs off);
 a payload that is not the JSON object Redfish promises raises one naming the URL and what
 is wrong, and the agent's other sources go on.
@@ -36,6 +39,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -70,6 +74,24 @@ class RedfishHTTPError(TransientSourceError):
 
 class RedfishGone(RedfishHTTPError):
     """The BMC answered that a resource is not there (HTTP 404 or 410): its chassis were renumbered or replaced."""
+
+
+def _tls_context(url: str, ca_file: Path | None, verify: bool) -> ssl.SSLContext | None:
+    """The TLS context of an ``https://`` BMC (``None`` for ``http://``); a CA file that cannot be read is a
+    :class:`PermanentSourceError` naming it."""
+    if not url.startswith("https://"):
+        return None
+    if not verify:
+        log.warning("redfish: not checking the HTTPS certificate of %s (redfish_tls_verify false): anyone on the "
+                    "management network can impersonate the BMC and read the Redfish password", url)
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        return ctx
+    try:
+        return ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    except (OSError, ssl.SSLError) as e:
+        raise PermanentSourceError(f"redfish source: cannot read redfish_ca_file {ca_file} as PEM certificates: "
+                                   f"{getattr(e, 'strerror', None) or e}") from e
 
 
 class _Found(NamedTuple):
@@ -134,11 +156,12 @@ class RedfishSource:
     name = "redfish"
 
     def __init__(self, node: str, url: str, user: str | None = None, password: str | None = None,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, ca_file: Path | None = None, verify_tls: bool = True) -> None:
         if not url.startswith(("http://", "https://")):
             raise PermanentSourceError(f"redfish source: {url!r} is not an http(s) URL "
                                        f"(expected e.g. https://bmc-host)")
         self.node, self.url, self.timeout_s = node, url.rstrip("/"), timeout_s
+        self._tls = _tls_context(self.url, ca_file, verify_tls)
         self._auth = None
         if user:
             self._auth = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
@@ -157,7 +180,8 @@ class RedfishSource:
         if not options.redfish_url:
             raise PermanentSourceError("redfish source needs redfish_url (GPUOPS_AGENT_REDFISH_URL or --redfish-url)")
         password = read_secret(options.redfish_password_file, "REDFISH_PASSWORD", "redfish source")
-        return cls(options.node, options.redfish_url, options.redfish_user, password, options.bmc_timeout_s)
+        return cls(options.node, options.redfish_url, options.redfish_user, password, options.bmc_timeout_s,
+                   options.redfish_ca_file, options.redfish_tls_verify)
 
     def get(self, path: str) -> dict[str, Any]:
         """The JSON object at *path*; :class:`TransientSourceError` / :class:`RedfishPayloadError`."""
@@ -167,12 +191,19 @@ class RedfishSource:
         if self._auth:
             req.add_header("Authorization", self._auth)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - operator's URL
+            with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._tls) as resp:  # noqa: S310
                 raw = resp.read()
         except urllib.error.HTTPError as e:
             gone = RedfishGone if e.code in (404, 410) else RedfishHTTPError
             raise gone(f"redfish: GET {url} answered HTTP {e.code} {e.reason}", e.code) from e
-        except (urllib.error.URLError, OSError, ValueError) as e:
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLCertVerificationError):
+                raise TransientSourceError(
+                    f"redfish: the BMC at {self.url} presented an HTTPS certificate that does not verify "
+                    f"({e.reason.verify_message or e.reason}); give its CA, or the BMC's own self-signed certificate, "
+                    f"as redfish_ca_file (GPUOPS_AGENT_REDFISH_CA_FILE), or set redfish_tls_verify false") from e
+            raise TransientSourceError(f"redfish: BMC at {self.url} did not answer GET {path}: {e}") from e
+        except (OSError, ValueError) as e:
             raise TransientSourceError(f"redfish: BMC at {self.url} did not answer GET {path}: {e}") from e
         try:
             body = json.loads(raw)

@@ -7,15 +7,17 @@
 #   - sushy-emulator --fake (PyPI `sushy-tools`), a Redfish service with Chassis Thermal + thresholds
 #     (sushy-tools 2.2 --fake serves no Chassis Power / PowerSubsystem resource: 404);
 #   - sushy-static (the same package's static Redfish responder) serving the mockup in
-#     redfish_newer_schema.json (path -> resource, written out as <path>/index.json): a BMC with only
-#     the newer schema, shaped like OpenBMC's bmcweb built without the deprecated Thermal and Power
-#     (Sensors with Thresholds, PowerSubsystem/PowerSupplies, no $expand), plus an HGX GPU chassis.
+#     redfish_newer_schema.json (path -> resource, written out as <path>/index.json) over HTTPS with a
+#     self-signed certificate for 127.0.0.1 ($BMC_ROOT/redfish-newer.crt, made with openssl), as BMCs
+#     ship: a BMC with only the newer schema, shaped like OpenBMC's bmcweb built without the deprecated
+#     Thermal and Power (Sensors with Thresholds, PowerSubsystem/PowerSupplies, no $expand), plus an
+#     HGX GPU chassis.
 # Usage: deploy/testservices/bmc_up.sh   (root installs what is missing: apt openipmi ipmitool, pip sushy-tools)
 # Environment: BMC_ROOT (default /tmp/gpuops-bmc), BMC_IPMI_PORT (16230), BMC_REDFISH_PORT (16231),
 #   BMC_REDFISH_NEWER_PORT (16232), PYTHON (python, else python3).
 # State, pid files and logs live in $BMC_ROOT; the IPMI user is `gpuops` and its password is in
 # $BMC_ROOT/ipmi.pass (mode 600). The last stdout line is
-#   export GPUOPS_TEST_BMC=ipmi=127.0.0.1:PORT,redfish=http://127.0.0.1:PORT,redfish_newer=http://127.0.0.1:PORT,passfile=PATH
+#   export GPUOPS_TEST_BMC=ipmi=127.0.0.1:PORT,redfish=http://127.0.0.1:PORT,redfish_newer=https://127.0.0.1:PORT,redfish_ca=PATH,passfile=PATH
 set -euo pipefail
 BMC_ROOT=${BMC_ROOT:-/tmp/gpuops-bmc}
 IPMI_PORT=${BMC_IPMI_PORT:-16230}
@@ -139,13 +141,20 @@ for path, resource in json.loads(pathlib.Path(sys.argv[1]).read_text()).items():
     d.mkdir(parents=True, exist_ok=True)
     (d / "index.json").write_text(json.dumps(resource, indent=1))
 PY
+CRT=$BMC_ROOT/redfish-newer.crt
+if [[ ! -s $CRT || ! -s $BMC_ROOT/redfish-newer.key ]]; then
+  command -v openssl >/dev/null || { log "openssl is needed for the HTTPS test BMC's certificate (apt-get install openssl)"; exit 1; }
+  (umask 077; openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=gpuops-test-bmc" \
+     -addext "subjectAltName=IP:127.0.0.1" -keyout "$BMC_ROOT/redfish-newer.key" -out "$CRT" 2>/dev/null)
+  if alive "$BMC_ROOT/sushy_static.pid" sushy-static; then kill "$(<"$BMC_ROOT/sushy_static.pid")"; sleep 0.5; fi
+fi
 if alive "$BMC_ROOT/sushy_static.pid" sushy-static; then
   log "sushy-static already running (pid $(<"$BMC_ROOT/sushy_static.pid"))"
 else
   setsid "$PYTHON" "$SUSHY_STATIC" -i 127.0.0.1 -p "$REDFISH_NEWER_PORT" -m "$BMC_ROOT/redfish-newer" \
-    </dev/null >"$BMC_ROOT/log/sushy_static.log" 2>&1 &
+    -c "$CRT" -k "$BMC_ROOT/redfish-newer.key" </dev/null >"$BMC_ROOT/log/sushy_static.log" 2>&1 &
   echo $! >"$BMC_ROOT/sushy_static.pid"
-  log "sushy-static started (pid $!) on 127.0.0.1:$REDFISH_NEWER_PORT"
+  log "sushy-static started (pid $!) on https://127.0.0.1:$REDFISH_NEWER_PORT"
 fi
 
 # -C 3 (RMCP+ with HMAC-SHA1 + AES): ipmi_sim does not answer "Get Channel Cipher Suites", and
@@ -172,9 +181,9 @@ done
 [[ $ok == 1 ]] || { log "sushy-emulator did not answer; see $BMC_ROOT/log/sushy.log"; exit 1; }
 ok=0
 for _ in $(seq 1 100); do
-  if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$REDFISH_NEWER_PORT/redfish/v1/Chassis" 2>/dev/null) == 200 ]]; then ok=1; break; fi
+  if [[ $(curl -s --cacert "$CRT" -o /dev/null -w '%{http_code}' "https://127.0.0.1:$REDFISH_NEWER_PORT/redfish/v1/Chassis" 2>/dev/null) == 200 ]]; then ok=1; break; fi
   alive "$BMC_ROOT/sushy_static.pid" sushy-static || break
   sleep 0.1
 done
 [[ $ok == 1 ]] || { log "sushy-static did not answer; see $BMC_ROOT/log/sushy_static.log"; exit 1; }
-echo "export GPUOPS_TEST_BMC=ipmi=127.0.0.1:$IPMI_PORT,redfish=http://127.0.0.1:$REDFISH_PORT,redfish_newer=http://127.0.0.1:$REDFISH_NEWER_PORT,passfile=$BMC_ROOT/ipmi.pass"
+echo "export GPUOPS_TEST_BMC=ipmi=127.0.0.1:$IPMI_PORT,redfish=http://127.0.0.1:$REDFISH_PORT,redfish_newer=https://127.0.0.1:$REDFISH_NEWER_PORT,redfish_ca=$CRT,passfile=$BMC_ROOT/ipmi.pass"

@@ -1,14 +1,17 @@
-"""The Redfish source on BMCs with only the newer schema (Sensors, PowerSubsystem): the real sushy-static
-responder serving bmc_up.sh's bmcweb-shaped mockup (marker ``bmc``), and an HTTP fake for what that
-responder cannot do (``$expand``, refusing it, malformed sensors)."""
+"""The Redfish source on BMCs with only the newer schema (Sensors, PowerSubsystem) and behind HTTPS: the real
+sushy-static responder serving bmc_up.sh's bmcweb-shaped mockup with a self-signed certificate (marker
+``bmc``), and an HTTP fake for what that responder cannot do (``$expand``, refusing it, malformed sensors)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from collector.sources.base import PermanentSourceError, SourceOptions, TransientSourceError
 from collector.sources.redfish import RedfishPayloadError, RedfishSource
 from collector.sources.redfish_sensors import expand_query, sensor_type_of
 from pipeline.bmc import KIND_FAN, KIND_INLET, bmc_rows_from_records
@@ -19,10 +22,16 @@ C = "/redfish/v1/Chassis"
 EXPAND = "?$expand=.($levels=1)"
 
 
+def _newer_bmc(bmc: dict, **kw) -> RedfishSource:
+    """The source on the HTTPS test BMC, its self-signed certificate as the CA (as an operator configures it)."""
+    opts = SourceOptions(node="gpu-node-001", redfish_url=bmc["redfish_newer"], redfish_ca_file=Path(bmc["redfish_ca"]),
+                         bmc_timeout_s=5)
+    return RedfishSource.from_options(dataclasses.replace(opts, **kw))
+
+
 @pytest.mark.bmc
 def test_a_bmc_with_only_the_newer_schema_gives_its_readings_thresholds_and_power_supplies(bmc) -> None:
-    src = RedfishSource("gpu-node-001", bmc["redfish_newer"], timeout_s=5)
-    got = _agent_sensor_events(src)
+    got = _agent_sensor_events(_newer_bmc(bmc))
     assert set(got) == {"chassis/Inlet Temp", "chassis/CPU0 Temp", "chassis/Fan0 Tach", "chassis/Total Power",
                         "chassis/PSU0", "chassis/PSU1", "HGX_GPU_SXM_1/HGX GPU SXM 1 TEMP 0"}  # no volts, %, joules
     inlet, fan = got["chassis/Inlet Temp"], got["chassis/Fan0 Tach"]
@@ -42,13 +51,34 @@ def test_a_bmc_with_only_the_newer_schema_gives_its_readings_thresholds_and_powe
 
 @pytest.mark.bmc
 def test_without_expand_a_sample_asks_only_for_the_sensors_and_supplies_the_walk_kept(bmc) -> None:
-    src = RedfishSource("gpu-node-001", bmc["redfish_newer"], timeout_s=5)
+    src = _newer_bmc(bmc)
     first = src.sample(1000.0).events
     n = src.requests
     later = src.sample(1060.0).events
     assert src.requests - n == 7  # 5 sensors read, 2 supplies; no collection, chassis or skipped sensor
     assert [(e["sensor"], e["value"], e["status"]) for e in later] == [(e["sensor"], e["value"], e["status"])
                                                                       for e in first]
+
+
+@pytest.mark.bmc
+def test_a_bmc_certificate_that_does_not_verify_is_an_error_that_names_the_setting(bmc, caplog) -> None:
+    for src in (_newer_bmc(bmc, redfish_ca_file=None),  # the system's CAs do not know a self-signed BMC
+                _newer_bmc(bmc, redfish_url=bmc["redfish_newer"].replace("127.0.0.1", "localhost"))):  # not its name
+        with pytest.raises(TransientSourceError, match=r"certificate that does not verify .*redfish_ca_file"):
+            src.sample(1000.0)
+    with caplog.at_level(logging.WARNING, logger="collector.sources.redfish"):
+        unchecked = _newer_bmc(bmc, redfish_ca_file=None, redfish_tls_verify=False)
+    assert "not checking the HTTPS certificate" in caplog.text
+    assert any(e["sensor"] == "chassis/Inlet Temp" for e in unchecked.sample(1000.0).events)
+
+
+def test_a_ca_file_that_is_not_a_certificate_stops_the_source_at_start(tmp_path: Path) -> None:
+    bad = tmp_path / "bmc.crt"
+    bad.write_text("not a certificate\n")
+    for ca in (bad, tmp_path / "missing.crt"):
+        with pytest.raises(PermanentSourceError, match=f"cannot read redfish_ca_file {ca}"):
+            RedfishSource("gpu-node-001", "https://bmc.example", ca_file=ca)
+    RedfishSource("gpu-node-001", "http://bmc.example", ca_file=bad)  # plain HTTP has no certificate to check
 
 
 def _newer(expand: dict | None = None) -> dict[str, dict]:
