@@ -63,7 +63,8 @@ class AgentSettings(BaseSettings):
         "Seconds to wait for dcgm-exporter. It answers in milliseconds locally; 2 s bounds a stuck scrape "
         "well inside one interval."))
     bmc_host: str | None = Field(None, description=(
-        "The node's BMC for the ipmi source (host name or IP of its management port). None: ipmi is unconfigured."))
+        "The node's BMC for the ipmi source (host name or IP of its management port); {node} stands for this node's "
+        "name (e.g. {node}-bmc.mgmt.example). None: ipmi is unconfigured."))
     bmc_port: int = Field(623, ge=1, le=65535, description="IPMI LAN (RMCP+) UDP port of the BMC; 623 is the standard.")
     bmc_user: str | None = Field(None, description=(
         "BMC user for IPMI; an operator-level account suffices to read the SEL and sensors."))
@@ -79,7 +80,9 @@ class AgentSettings(BaseSettings):
         "sensor, and a Redfish sample makes a request per chassis resource. Exporters scrape BMCs once a minute "
         "(what the simulator and the trained features assume), and polling faster can make a BMC stop answering. "
         "Rounded to whole intervals; at or under interval_s, every tick."))
-    redfish_url: str | None = Field(None, description="Redfish service root of the node's BMC (https://bmc-host).")
+    redfish_url: str | None = Field(None, description=(
+        "Redfish service root of the node's BMC (https://bmc-host); {node} stands for this node's name (e.g. "
+        "https://{node}-bmc.mgmt.example: one value for a DaemonSet or a shared env file)."))
     redfish_user: str | None = Field(None, description="Redfish user (HTTP basic auth); none: no auth header.")
     redfish_password_file: Path | None = Field(None, description=(
         "File holding the Redfish password (first line, mode 600); else $REDFISH_PASSWORD."))
@@ -156,6 +159,21 @@ class AgentSettings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _node_in_bmc_addresses(self) -> "AgentSettings":
+        """``{node}`` in ``bmc_host`` or ``redfish_url`` is this node's name: one setting for a whole fleet whose
+        BMCs are named after their nodes (a DaemonSet, a shared env file). Any other ``{...}`` is refused."""
+        for name in ("bmc_host", "redfish_url"):
+            value = getattr(self, name)
+            if value is None or "{" not in value and "}" not in value:
+                continue
+            rest = value.replace("{node}", "")
+            if "{" in rest or "}" in rest:
+                raise ValueError(f"{name}={value!r}: the only placeholder is {{node}} (this node's name, "
+                                 f"{self.node!r}), e.g. https://{{node}}-bmc.mgmt.example")
+            setattr(self, name, value.replace("{node}", self.node))
+        return self
+
+    @model_validator(mode="after")
     def _batch_span_within_lateness(self) -> "AgentSettings":
         if self.publish_every_ticks > 1 and self.batch_span_s >= self.scoring_lateness_s:
             raise ValueError(
@@ -172,8 +190,8 @@ class AgentSettings(BaseSettings):
         return self.publish_every_ticks * self.interval_s
 
     @field_validator("health_file", "kmsg_file", "dcgm_url", "command_key_file", "bmc_host", "bmc_user",
-                     "bmc_password_file", "bmc_state_file", "redfish_url", "redfish_user", "redfish_password_file", "redfish_ca_file",
-                     mode="before")
+                     "bmc_password_file", "bmc_state_file", "redfish_url", "redfish_user", "redfish_password_file",
+                     "redfish_ca_file", mode="before")
     @classmethod
     def _empty_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and v.strip() in ("", "none", "None") else v

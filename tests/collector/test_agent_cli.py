@@ -142,3 +142,12 @@ def test_commands_with_a_world_readable_key_file_fail_at_start_saying_how_to_fix
     out = subprocess.run([*GPUOPS, "agent", "--sink", "stdout", "--sources", "infiniband", "--sysfs-root",
                           str(h100_sysfs), "--health-file", ""], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 2 and "readable or writable by every user" in out.stderr and "chmod 600" in out.stderr
+
+
+def test_node_in_a_bmc_address_is_this_nodes_name_and_no_other_placeholder_passes() -> None:
+    s = AgentSettings(node="gpu-node-007", redfish_url="https://{node}-bmc.mgmt.example", bmc_host="{node}.ipmi")
+    assert (s.redfish_url, s.bmc_host) == ("https://gpu-node-007-bmc.mgmt.example", "gpu-node-007.ipmi")
+    assert AgentSettings(node="n", redfish_url="https://bmc-7").redfish_url == "https://bmc-7"
+    for bad in ("https://{host}-bmc", "https://{node-bmc", "https://{{node}}-bmc"):
+        with pytest.raises(ValueError, match=r"the only placeholder is \{node\}"):
+            AgentSettings(node="n", redfish_url=bad)

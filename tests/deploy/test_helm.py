@@ -27,6 +27,13 @@ ALL_ON = ["--set", "safety.armed=true", "--set", "serviceMonitor.enabled=true", 
           "--set", "commands.enabled=true", "--set", "commands.key=test-key", "--set", "agent.kmsgFile=/var/log/kern.log",
           "--set", "auth.tokens[0].name=oncall", "--set", "auth.tokens[0].role=operator",
           "--set", f"auth.tokens[0].sha256={'a' * 64}"]
+#: the node's BMC over Redfish, {node} in its URL (the test BMC's self-signed certificate as the CA: bmc_up.sh)
+BMC = ["--set", "agent.sources=nvml\\,infiniband\\,kmsg\\,redfish", "--set", "agent.bmc.redfishUrl=https://{node}:16232",
+       "--set", "agent.bmc.user=gpuops", "--set", "agent.bmc.password=bmc-secret"]
+
+
+def _bmc_values(ca: str | None = None) -> list[str]:
+    return BMC + (["--set-file", f"agent.bmc.ca={ca}"] if ca else ["--set", "agent.bmc.ca=PEM"])
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +58,7 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def test_helm_lint_passes_with_default_and_all_toggles_on(helm: str) -> None:
-    for args in ([], ALL_ON):
+    for args in ([], ALL_ON, ALL_ON + _bmc_values()):
         out = subprocess.run([helm, "lint", "--strict", str(CHART), *args], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
 
@@ -204,8 +211,51 @@ def _has_crd(api: Any, name: str) -> bool:
         raise
 
 
+@pytest.mark.bmc
+def test_the_charts_bmc_values_give_an_agent_that_reads_the_https_bmc_with_the_secrets_password_and_ca(
+        helm: str, bmc: dict, tmp_path: Path, monkeypatch) -> None:
+    """Chart -> the agent's env and Secret files -> AgentSettings -> the redfish source -> the real HTTPS test BMC."""
+    from api.commands.agent import compose_agent
+    from collector.agent_settings import AgentSettings
+
+    docs = render(helm, *_bmc_values(bmc["redfish_ca"]))
+    ds = by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]
+    secret = by_kind(docs, "Secret")[0]
+    files = {k: v for k, v in secret["stringData"].items() if k in ("bmc.pass", "bmc-ca.crt")}
+    volume = next(v for v in ds["volumes"] if v["name"] == "bmc")
+    assert {i["key"] for i in volume["secret"]["items"]} == set(files) == {"bmc.pass", "bmc-ca.crt"}
+    mount = next(m for m in ds["containers"][0]["volumeMounts"] if m["name"] == "bmc")
+    assert mount["readOnly"] is True and volume["secret"]["defaultMode"] == 0o400
+    for name, text in files.items():  # what the kubelet writes into the mount
+        (tmp_path / name).write_text(text)
+    env = {e["name"]: e.get("value") for e in ds["containers"][0]["env"] if "value" in e}
+    for name, value in env.items():
+        if name.startswith("GPUOPS_AGENT_"):
+            monkeypatch.setenv(name, value.replace(mount["mountPath"], str(tmp_path)))
+    monkeypatch.setenv("GPUOPS_AGENT_NODE", "127.0.0.1")  # spec.nodeName: here the test BMC's address
+    settings = AgentSettings(sources="redfish", sink="stdout", health_file=None)
+    assert settings.redfish_url == "https://127.0.0.1:16232" and settings.bmc_interval_s == 60
+    assert (tmp_path / "bmc.pass").read_text() == "bmc-secret" and "BEGIN CERTIFICATE" in files["bmc-ca.crt"]
+    agent = compose_agent(settings, once=True)
+    try:
+        (source,) = agent.sources
+        assert source._auth is not None  # the password file was read: requests carry basic auth
+        assert any(e["sensor"] == "chassis/Inlet Temp" for e in source.sample(1000.0).events)
+    finally:
+        agent.close()
+
+
+def test_the_charts_bmc_values_fail_with_what_to_set_when_they_do_not_fit_together(helm: str) -> None:
+    for args, says in ((["--set", "agent.sources=nvml\\,redfish"], "give agent.bmc.redfishUrl"),
+                       (["--set", "agent.bmc.redfishUrl=https://{node}-bmc"], "agent.sources has no redfish"),
+                       (BMC[:6], "agent.bmc.user needs agent.bmc.password"),
+                       (BMC + ["--set", "agent.bmc.caInExistingSecret=true"], "caInExistingSecret needs existingSecret")):
+        out = subprocess.run([helm, "template", "t", str(CHART), *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode != 0 and says in out.stderr, (args, out.stderr)
+
+
 @pytest.mark.kubernetes
-@pytest.mark.parametrize("toggles", [[], ALL_ON], ids=["defaults", "all-toggles"])
+@pytest.mark.parametrize("toggles", [[], ALL_ON, ALL_ON + _bmc_values()], ids=["defaults", "all-toggles", "bmc"])
 def test_rendered_chart_applies_by_server_side_dry_run(helm: str, kube_api: Any, toggles: list[str]) -> None:
     from kubernetes.client.rest import ApiException
 
