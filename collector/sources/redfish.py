@@ -293,12 +293,8 @@ class RedfishSource:
         """Every member of the collection at *path*: expanded in one request where the BMC can, else one each."""
         if self._expand is None:
             self._expand = expand_query(self.get("/redfish/v1"))
-        if self._expand:
-            try:
-                return self._expanded(path)
-            except _ExpandRefused as e:
-                log.warning("redfish: %s; reading each member instead", e)
-                self._expand = ""
+        if (items := self._expanded(path, walking=True)) is not None:
+            return items
         links = self.get(path).get("Members")
         if not isinstance(links, list):
             raise RedfishPayloadError(f"redfish: {self.url}{path} has no 'Members' list")
@@ -309,17 +305,24 @@ class RedfishSource:
             out.append(self.get(m["@odata.id"]))
         return out
 
-    def _expanded(self, path: str) -> list[dict[str, Any]]:
-        """The members of *path* in one expanded request; :class:`_ExpandRefused` when the BMC refuses the query
-        or ignores it."""
+    def _expanded(self, path: str, walking: bool) -> list[dict[str, Any]] | None:
+        """The members of *path* in one expanded request; ``None`` when the BMC cannot expand, or refuses the
+        query it advertises (an HTTP error) or ignores it (bare links): then it is read member by member until
+        the next walk, with a warning. In a sample a 404 or 410 is the collection gone (:class:`RedfishGone`, the
+        sample walks again); in the walk it is the query refused, as the plain request that follows tells apart."""
+        if not self._expand:
+            return None
+        query = self._expand
         try:
-            body = self.get(path + self._expand)
+            members = expanded_members(self.get(path + query))
+            why = f"answered {self.url}{path}{query} with links only"
         except RedfishHTTPError as e:
-            raise _ExpandRefused(f"the BMC advertises $expand but refused it ({e})") from e
-        members = expanded_members(body)
+            if isinstance(e, RedfishGone) and not walking:
+                raise
+            members, why = None, f"refused it ({e})"
         if members is None:
-            raise _ExpandRefused(f"the BMC advertises $expand but answered {self.url}{path}{self._expand} with "
-                                 f"links only")
+            log.warning("redfish: the BMC at %s advertises $expand but %s; reading each member instead", self.url, why)
+            self._expand = ""
         return members
 
     def _readings(self, now: float) -> list[Record]:
@@ -339,17 +342,8 @@ class RedfishSource:
 
     def _members_now(self, f: _Found) -> list[dict[str, Any]]:
         """The members of a found collection, read now: expanded, else (or once the BMC refuses it) one by one."""
-        if self._expand:
-            try:
-                return self._expanded(f.path)
-            except _ExpandRefused as e:
-                log.warning("redfish: %s; reading each member instead", e)
-                self._expand = ""
-        return [self.get(m) for m in f.members]
+        items = self._expanded(f.path, walking=False)
+        return items if items is not None else [self.get(m) for m in f.members]
 
     def close(self) -> None:
         """No connection is held between samples (only the walk's paths)."""
-
-
-class _ExpandRefused(Exception):
-    """The BMC advertised ``$expand`` and then refused or ignored it."""

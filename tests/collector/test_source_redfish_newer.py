@@ -81,27 +81,28 @@ def test_a_ca_file_that_is_not_a_certificate_stops_the_source_at_start(tmp_path:
     RedfishSource("gpu-node-001", "http://bmc.example", ca_file=bad)  # plain HTTP has no certificate to check
 
 
-def _newer(expand: dict | None = None) -> dict[str, dict]:
-    """A BMC with one newer-schema chassis (an inlet, a fan in %, one supply), and with *expand* as its
+def _newer(expand: dict | None = None, cid: str = "1") -> dict[str, dict]:
+    """A BMC with one newer-schema chassis *cid* (an inlet, a fan in %, one supply), and with *expand* as its
     service root's ExpandQuery; the expanded collections answer where the query is advertised."""
-    s = f"{C}/1/Sensors"
+    c = f"{C}/{cid}"
+    s = f"{c}/Sensors"
     inlet = {"@odata.id": f"{s}/inlet", "Name": "Inlet", "ReadingType": "Temperature", "ReadingUnits": "Cel",
              "Reading": 30.0, "Thresholds": {"UpperCritical": {"Reading": 42.0}}}
     duty = {"@odata.id": f"{s}/duty", "Name": "Fan duty", "ReadingType": "Percent", "ReadingUnits": "%", "Reading": 40}
-    psu = {"@odata.id": f"{C}/1/PowerSubsystem/PowerSupplies/0", "Name": "PSU 0", "Status": {"Health": "Warning"}}
+    psu = {"@odata.id": f"{c}/PowerSubsystem/PowerSupplies/0", "Name": "PSU 0", "Status": {"Health": "Warning"}}
     tree: dict[str, dict] = {
         "/redfish/v1": {"ProtocolFeaturesSupported": {"ExpandQuery": expand or {}}},
-        C: {"Members": [{"@odata.id": f"{C}/1"}]},
-        f"{C}/1": {"Id": "1", "Sensors": {"@odata.id": s}, "PowerSubsystem": {"@odata.id": f"{C}/1/PowerSubsystem"}},
+        C: {"Members": [{"@odata.id": c}]},
+        c: {"Id": cid, "Sensors": {"@odata.id": s}, "PowerSubsystem": {"@odata.id": f"{c}/PowerSubsystem"}},
         s: {"Members": [{"@odata.id": inlet["@odata.id"]}, {"@odata.id": duty["@odata.id"]}]},
         inlet["@odata.id"]: inlet, duty["@odata.id"]: duty,
-        f"{C}/1/PowerSubsystem": {"PowerSupplies": {"@odata.id": f"{C}/1/PowerSubsystem/PowerSupplies"}},
-        f"{C}/1/PowerSubsystem/PowerSupplies": {"Members": [{"@odata.id": psu["@odata.id"]}]},
+        f"{c}/PowerSubsystem": {"PowerSupplies": {"@odata.id": f"{c}/PowerSubsystem/PowerSupplies"}},
+        f"{c}/PowerSubsystem/PowerSupplies": {"Members": [{"@odata.id": psu["@odata.id"]}]},
         psu["@odata.id"]: psu,
     }
     if expand:
         tree[s + EXPAND] = {"Members": [inlet, duty]}
-        tree[f"{C}/1/PowerSubsystem/PowerSupplies" + EXPAND] = {"Members": [psu]}
+        tree[f"{c}/PowerSubsystem/PowerSupplies" + EXPAND] = {"Members": [psu]}
     return tree
 
 
@@ -147,6 +148,21 @@ def test_a_bmc_that_advertises_expand_and_then_refuses_or_ignores_it_is_read_mem
     tree.gets.clear()
     assert _readings(src.sample(1120.0).events) == WANT  # and from now on, without asking for it again
     assert sorted(tree.gets) == [f"{C}/1/PowerSubsystem/PowerSupplies/0", f"{C}/1/Sensors/inlet"]
+
+
+def test_an_expanded_collection_gone_in_a_sample_is_a_renumbered_chassis_found_again_not_a_refusal(
+        tree: _RedfishTree, caplog) -> None:
+    tree.tree = _newer({"NoLinks": True, "Levels": True})
+    src = RedfishSource("gpu-node-001", tree.url, timeout_s=2)
+    src.sample(1000.0)
+    tree.tree = _newer({"NoLinks": True, "Levels": True}, cid="2")  # the old paths answer 404 now
+    tree.gets.clear()
+    with caplog.at_level(logging.WARNING, logger="collector.sources.redfish"):
+        assert _readings(src.sample(1060.0).events) == [("2/Inlet",) + WANT[0][1:], ("2/PSU 0",) + WANT[1][1:]]
+    assert "advertises $expand" not in caplog.text
+    tree.gets.clear()
+    src.sample(1120.0)
+    assert sorted(tree.gets) == [f"{C}/2/PowerSubsystem/PowerSupplies" + EXPAND, f"{C}/2/Sensors" + EXPAND]
 
 
 def test_a_chassis_with_the_old_schema_too_is_read_through_it_alone(tree: _RedfishTree) -> None:
