@@ -66,6 +66,8 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
         the_agent = Agent(settings, sources, sink)
         if "nvml" in names:
             the_agent.health_extras["nvml"] = lambda: _nvml_health(nv)
+        if "redfish" in names:
+            the_agent.health_extras["redfish"] = by_name["redfish"].health
         if settings.commands_enabled and not once:
             from collector.command_loop import attach_commands
 

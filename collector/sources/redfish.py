@@ -270,10 +270,10 @@ class RedfishSource:
             log.warning("redfish: none of the %d chassis at %s links a Thermal, Power, Sensors or PowerSubsystem "
                         "resource, so this source reads no sensor; the ipmi source reads the same BMC's sensors",
                         len(members), self.url)
-        elif not self._expand and (each := sum(len(f.members) for f in found)):
-            log.info("redfish: %s reads %d sensors and power supplies one request each (the BMC does not expand "
-                     "collections): %d requests a sample", self.url, each, each + sum(not f.members for f in found))
         self._found, self._found_at = found, now
+        if found and not self._expand and (each := sum(len(f.members) for f in found)):
+            log.info("redfish: %s reads %d sensors and power supplies one request each (the BMC does not expand "
+                     "collections): %d requests a sample", self.url, each, self.health()["requests_per_sample"])
 
     def _walk_newer(self, cid: str, chassis: dict[str, Any], path: str) -> list[_Found]:
         """A chassis without Thermal or Power: its Sensors gpuops reads, and its power supplies."""
@@ -344,6 +344,15 @@ class RedfishSource:
         """The members of a found collection, read now: expanded, else (or once the BMC refuses it) one by one."""
         items = self._expanded(f.path, walking=False)
         return items if items is not None else [self.get(m) for m in f.members]
+
+    def health(self) -> dict[str, Any]:
+        """The health record's ``redfish`` section: what the last walk found and what a sample costs the BMC."""
+        found = self._found or []
+        per_sample = sum(len(f.members) if f.members and not self._expand else 1 for f in found)
+        return {"walked_at": self._found_at if self._found is not None else None,
+                "chassis": len({f.chassis for f in found}),
+                "schema": sorted({"old" if f.kind in ("Thermal", "Power") else "newer" for f in found}),
+                "expand": bool(self._expand), "requests_per_sample": per_sample, "requests_total": self.requests}
 
     def close(self) -> None:
         """No connection is held between samples (only the walk's paths)."""

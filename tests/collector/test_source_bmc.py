@@ -315,6 +315,7 @@ def test_redfish_walks_the_chassis_once_and_then_reads_only_their_thermal_and_po
     later = src.sample(1060.0).events
     assert sorted(redfish_tree.gets) == ["/redfish/v1/Chassis/HGX_Baseboard_0/Power",
                                          "/redfish/v1/Chassis/HGX_Baseboard_0/Thermal"]
+    assert (src.health()["requests_per_sample"], src.health()["schema"]) == (2, ["old"])
     assert [(e["sensor"], e["value"]) for e in later] == [(e["sensor"], e["value"]) for e in first]
     assert {e["sensor"] for e in later} == {"HGX_Baseboard_0/Inlet", "HGX_Baseboard_0/PSU0"}
     redfish_tree.gets.clear()

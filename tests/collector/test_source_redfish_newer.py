@@ -128,6 +128,7 @@ def test_a_bmc_that_expands_collections_is_read_in_one_request_per_collection(tr
     tree.gets.clear()
     assert _readings(src.sample(1060.0).events) == WANT
     assert sorted(tree.gets) == [f"{C}/1/PowerSubsystem/PowerSupplies" + EXPAND, f"{C}/1/Sensors" + EXPAND]
+    assert (src.health()["expand"], src.health()["requests_per_sample"]) == (True, 2)
 
 
 @pytest.mark.parametrize("how", ["refused", "ignored"])
@@ -199,3 +200,21 @@ def test_the_expand_query_and_sensor_kinds_follow_the_schema() -> None:
                                          {"ReadingType": "Power", "ReadingUnits": "W"}, {"ReadingType": "Voltage"},
                                          {"ReadingType": "Percent", "ReadingUnits": "%"}, {})]
     assert kinds == ["temperature", "fan", "power", None, None, None]
+
+
+@pytest.mark.bmc
+def test_the_agents_health_record_says_what_the_redfish_walk_found_and_what_a_sample_costs(bmc, tmp_path) -> None:
+    from api.commands.agent import compose_agent
+    from collector.agent_settings import AgentSettings
+
+    settings = AgentSettings(node="gpu-node-001", sources="redfish", sink="stdout", health_file=None,
+                             redfish_url=bmc["redfish_newer"], redfish_ca_file=Path(bmc["redfish_ca"]))
+    agent = compose_agent(settings, once=True)
+    try:
+        assert agent.health()["redfish"]["walked_at"] is None
+        agent.sources[0].sample(1000.0)
+        assert agent.health()["redfish"] | {"requests_total": 0} == {
+            "walked_at": 1000.0, "chassis": 2, "schema": ["newer"], "expand": False, "requests_per_sample": 7,
+            "requests_total": 0}
+    finally:
+        agent.close()
