@@ -10,8 +10,15 @@ argument list, never a shell; the password goes through the environment variable
 No entry is read twice across restarts: the highest SEL id published is kept in a state
 file (``state_file``, written atomically after each sample that saw new entries); a new
 source reading the same file starts after it. A SEL whose highest id is below the stored
-one was cleared by someone: it is read from its start again. Without a state file the first
-sample publishes the whole SEL once.
+one was cleared by someone: it is read from its start again.
+
+The first read without a stored position (a new install, the state file deleted, or none
+configured) finds the node's history: a SEL keeps entries for months, and those the BMC logged
+before its clock was set carry no date (``Pre-Init``), so their event would be stamped now. An old
+power-supply failure read as a fresh one would drain a healthy node at install. So that read
+publishes only the entries stamped within :data:`FIRST_READ_RECENT_S` of now; the rest are
+history, counted in a warning and not published, and the next read starts after them. Entries
+that come later are new, dated or not.
 
 Then ``ipmitool sensor`` gives each sensor's reading with the BMC's thresholds; readings
 become ``bmc_sensor`` events (see :mod:`collector.sources.bmc_common`). A BMC without
@@ -43,6 +50,10 @@ from collector.sources.base import (PermanentSourceError, Record, SourceBatch, S
 from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_event
 
 log = logging.getLogger(__name__)
+
+#: On the first read without a stored position, entries stamped within this many seconds of now are published
+#: (a failure just before the agent started); older or undated ones are the node's history.
+FIRST_READ_RECENT_S = 600.0
 
 @dataclass(frozen=True)
 class SelEntry:
@@ -148,6 +159,8 @@ class IpmiSource:
         self.read_sensors = read_sensors
         self.backoff = SourceBackoff()
         self.last_id = self._load_state()
+        #: No stored position: the first read's entries so far are history (module doc).
+        self._first_read = self.state_file is None or not self.state_file.exists()
         self._sensor_warned = False
 
     @classmethod
@@ -166,7 +179,8 @@ class IpmiSource:
             return int(json.loads(self.state_file.read_text())["last_sel_id"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise PermanentSourceError(f"ipmi source: state file {self.state_file} is unreadable ({e}); "
-                                       f"fix or delete it (deleting re-reads the whole SEL once)") from e
+                                       f"fix or delete it (deleting starts after the SEL's present entries, "
+                                       f"publishing only those of the last {FIRST_READ_RECENT_S:.0f} s)") from e
 
     def _save_state(self) -> None:
         if self.state_file is None:
@@ -213,7 +227,16 @@ class IpmiSource:
                         what, self.last_id)
             self.last_id = 0
         new = [e for e in entries if e.sel_id > self.last_id]
-        events = [self.sel_event(e, now) for e in new]
+        publish = new
+        if self._first_read:
+            publish = [e for e in new if e.ts is not None and abs(now - e.ts) <= FIRST_READ_RECENT_S]
+            if len(publish) < len(new):
+                log.warning("%s: first read of its SEL with no stored position (%s): %d entries older than %.0f s or "
+                            "undated (Pre-Init) are the node's history and are not published; %d recent ones are",
+                            what, self.state_file or "no bmc_state_file", len(new) - len(publish),
+                            FIRST_READ_RECENT_S, len(publish))
+            self._first_read = False
+        events = [self.sel_event(e, now) for e in publish]
         if new:
             self.last_id = max(e.sel_id for e in new)
             self._save_state()

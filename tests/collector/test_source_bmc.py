@@ -3,6 +3,7 @@ ipmi_sim and sushy-emulator services started by deploy/testservices/bmc_up.sh.""
 
 from __future__ import annotations
 
+import calendar
 import http.server
 import json
 import logging
@@ -89,12 +90,61 @@ def _ipmi(bmc: dict, state: Path, **kw) -> IpmiSource:
 @pytest.mark.bmc
 def test_psu_failure_in_the_sel_becomes_one_bmc_event_never_read_twice_across_restarts(bmc, tmp_path: Path) -> None:
     state = tmp_path / "sel.json"
+    state.write_text(json.dumps({"last_sel_id": 0}))  # the agent had read the SEL before the entry came
     first = _ipmi(bmc, state).sample(time.time()).events
     sel = [e for e in first if e["kind"] == "sel"]
     psu = [e for e in sel if e["sensor_type"] == "Power Supply" and e["event_text"] == "Failure detected"]
     assert psu and psu[0]["source"] == "bmc" and psu[0]["asserted"] is True
     again = _ipmi(bmc, state).sample(time.time()).events  # a new source: the agent restarted
     assert [e for e in again if e["kind"] == "sel"] == []
+
+
+#: Add SEL Entry (NetFn storage 0x0a, cmd 0x44): a system event record, power supply sensor 0x01, "Failure detected"
+ADD_PSU_FAILURE = ("raw", "0x0a", "0x44", "0x00", "0x00", "0x02", "0x00", "0x00", "0x00", "0x00", "0x20", "0x00",
+                   "0x04", "0x08", "0x01", "0x6f", "0x01", "0xff", "0xff")
+
+
+@pytest.mark.bmc
+def test_a_new_install_reads_the_sels_undated_history_as_history_and_a_failure_after_it_as_new(
+        bmc, tmp_path: Path, caplog) -> None:
+    src = _ipmi(bmc, tmp_path / "sel.json", read_sensors=False)  # no state file: the agent's first start here
+    with caplog.at_level(logging.WARNING, logger="collector.sources.ipmi"):
+        assert src.sample(time.time()).events == []  # bmc_up.sh's Pre-Init PSU failure is history: no drain
+    assert "are the node's history and are not published" in caplog.text
+    added = None
+    try:
+        out = src.run(*ADD_PSU_FAILURE).split()
+        added = int(out[1] + out[0], 16)  # the record id the BMC gave it, little-endian
+        (new,) = src.sample(time.time()).events
+        assert (new["sel_id"], new["sensor_type"], new["event_text"], new["asserted"]) == (
+            added, "Power Supply", "Failure detected", True)
+    finally:
+        if added is not None:
+            src.run("sel", "delete", str(added))
+
+
+class _SelText(IpmiSource):
+    """The ipmi source reading a given ``sel elist`` text instead of a BMC."""
+
+    def __init__(self, text: str, state: Path | None) -> None:
+        super().__init__("gpu-node-001", "bmc", state_file=state, read_sensors=False)
+        self.text = text
+
+    def run(self, *args: str) -> str:
+        return self.text
+
+
+def test_the_first_read_publishes_only_entries_dated_within_ten_minutes(tmp_path: Path) -> None:
+    now = float(calendar.timegm((2026, 3, 12, 7, 10, 0)))
+    text = ("   1 |  Pre-Init  |0000029360| Power Supply #0x01 | Failure detected | Asserted\n"
+            "   2 | 03/11/2026 | 07:06:01 | Power Supply #0x01 | Failure detected | Asserted\n"
+            "   3 | 03/12/2026 | 07:06:01 | Fan #0x30 | Lower Critical going low | Asserted\n")
+    assert [e["sel_id"] for e in _SelText(text, tmp_path / "s.json").sample(now).events] == [3]
+    assert json.loads((tmp_path / "s.json").read_text())["last_sel_id"] == 3  # history is passed, not re-read
+    later = _SelText(text + "   4 |  Pre-Init  |0000029999| Power Supply #0x01 | Failure detected | Asserted\n",
+                     tmp_path / "s.json")
+    assert [e["sel_id"] for e in later.sample(now).events] == [4]  # with a position, an undated entry is new
+    assert [e["sel_id"] for e in _SelText(text, None).sample(now + 3600).events] == []  # no state file at all
 
 
 @pytest.mark.bmc

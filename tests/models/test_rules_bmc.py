@@ -126,8 +126,10 @@ def test_a_real_bmcs_psu_failure_and_redfish_intake_reading_reach_the_rules_thro
 
     pw = Path(bmc["passfile"]).read_text().strip()
     now = 1_767_225_630.0
+    state = tmp_path / "sel.json"
+    state.write_text('{"last_sel_id": 0}')  # the agent was reading this SEL before the entry came (not an install)
     ipmi = IpmiSource("gpu-node-001", bmc["ipmi_host"], int(bmc["ipmi_port"]), bmc["user"], pw,
-                      tmp_path / "sel.json").sample(now).events
+                      state).sample(now).events
     redfish = RedfishSource("gpu-node-001", bmc["redfish"]).sample(now).events
     for e in ipmi:  # the SEL's own clock is not the replay's: the entry is new now
         e["ts"] = now
