@@ -255,7 +255,9 @@ def _status(value: float, thr: dict[str, float | None]) -> str:
 
 
 def _sel_event(plan: "FleetPlan", s: SelLine) -> Record:
-    """The ``kind="sel"`` event ``IpmiSource.sel_event`` makes of this entry's ``sel elist`` line."""
+    """The ``kind="sel"`` event ``IpmiSource.sel_event`` makes of this entry's ``sel elist`` line, as if read the moment
+    it was logged: the agent stamps ``ts`` at its sample, up to ``bmc_interval_s`` later, and adds the BMC's time as
+    ``sel_ts`` (docs/simulator.md)."""
     ts = float(math.floor(plan.cfg.start_ts + s.t))  # the SEL keeps whole seconds
     day, clock = time.strftime("%m/%d/%Y", time.gmtime(ts)), time.strftime("%H:%M:%S", time.gmtime(ts))
     line = f"{s.sel_id:4x} | {day} | {clock} | {s.sensor} | {s.event_text} | {'Asserted' if s.asserted else 'Deasserted'}"

@@ -4,8 +4,15 @@ Each sample runs ``ipmitool -I lanplus -C 3 -H HOST -p PORT -U USER -E sel elist
 argument list, never a shell; the password goes through the environment variable
 ``IPMI_PASSWORD`` that ``-E`` reads, never argv) and turns each new SEL entry into an event:
 ``source="bmc"``, ``kind="sel"``, ``code`` the SEL record id, extra columns ``sel_id``,
-``sensor`` (``Power Supply #0x01``), ``sensor_type`` (``Power Supply``), ``event_text``
-(``Failure detected``), ``asserted`` (True / False / None), ``message`` the raw line.
+``sel_ts`` (the entry's time by the BMC's clock, None for ``Pre-Init``), ``sensor`` (``Power Supply
+#0x01``), ``sensor_type`` (``Power Supply``), ``event_text`` (``Failure detected``), ``asserted``
+(True / False / None), ``message`` the raw line.
+
+The event's ``ts`` is the sample's, when this node read the entry, not the BMC's time: a BMC's
+clock drifts, is often set to local time, and is unset before it boots; and the live pipeline
+closes a tick ``allowed_lateness_s`` (30 s) after the fleet's telemetry passes it, so an entry
+stamped by the BMC even a minute before the sample that read it (``bmc_interval_s``, 60 s) would
+be dropped as late, its failure never counted.
 
 No entry is read twice across restarts: the highest SEL id published is kept in a state
 file (``state_file``, written atomically after each sample that saw new entries); a new
@@ -245,11 +252,12 @@ class IpmiSource:
         return SourceBatch(events=events)
 
     def sel_event(self, e: SelEntry, now: float) -> Record:
-        """The ``kind="sel"`` event of one SEL entry."""
-        return {"ts": e.ts if e.ts is not None else now, "node": self.node, "gpu": None, "source": "bmc",
+        """The ``kind="sel"`` event of one SEL entry read at *now*: ``ts`` is *now*, when this node's clock saw it;
+        the BMC's own time of the entry is ``sel_ts`` (None when undated)."""
+        return {"ts": now, "node": self.node, "gpu": None, "source": "bmc",
                 "kind": "sel", "code": e.sel_id if e.sel_id < 2**31 else None, "pci_bus_id": None,
-                "sel_id": e.sel_id, "sensor": e.sensor, "sensor_type": e.sensor_type, "event_text": e.event_text,
-                "asserted": e.asserted, "message": e.line}
+                "sel_id": e.sel_id, "sel_ts": e.ts, "sensor": e.sensor, "sensor_type": e.sensor_type,
+                "event_text": e.event_text, "asserted": e.asserted, "message": e.line}
 
     def _sensor_events(self, now: float) -> list[Record]:
         try:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from collector.agent import Agent
@@ -132,6 +134,29 @@ class _SelText(IpmiSource):
 
     def run(self, *args: str) -> str:
         return self.text
+
+
+def test_a_sel_entry_is_stamped_when_read_so_the_live_pipeline_counts_it_whatever_the_bmcs_clock(
+        tmp_path: Path) -> None:
+    from pipeline.settings import PipelineSettings
+    from pipeline.stream import FeaturePipeline
+
+    now = float(calendar.timegm((2026, 3, 12, 7, 10, 0)))
+    state = tmp_path / "s.json"
+    state.write_text(json.dumps({"last_sel_id": 0}))
+    text = "   7 | 03/12/2026 | 07:08:50 | Power Supply #0x01 | Failure detected | Asserted\n"  # 70 s before the read
+    (e,) = _SelText(text, state).sample(now).events
+    assert (e["ts"], e["sel_ts"]) == (now, now - 70.0)
+    pipe = FeaturePipeline(PipelineSettings())  # live: ticks up to 30 s before the fleet's newest telemetry closed
+    ts = now - 180.0 + 10.0 * np.arange(19)  # three minutes of one GPU's samples, up to the read
+    gpu = {"ts": ts, "node": "gpu-node-001", "gpu": 0, "util_gpu": 50.0, "throttle_reasons": 0.0}
+    pipe.ingest_frames(pd.DataFrame(gpu), None, None)
+    pipe.advance(now - pipe.settings.allowed_lateness_s)
+    assert e["sel_ts"] < pipe.closed_until  # stamped by the BMC's clock it would be late, and dropped
+    pipe.ingest_frames(None, None, pd.DataFrame([e]))
+    assert pipe.counts.late_rows == 0
+    last = pipe.flush()[-1].to_frame().iloc[0]
+    assert last["node_bmc_psu_fail_count_short"] == 1
 
 
 def test_the_first_read_publishes_only_entries_dated_within_ten_minutes(tmp_path: Path) -> None:
