@@ -151,7 +151,8 @@ fi
 if alive "$BMC_ROOT/sushy_static.pid" sushy-static; then
   log "sushy-static already running (pid $(<"$BMC_ROOT/sushy_static.pid"))"
 else
-  setsid "$PYTHON" "$SUSHY_STATIC" -i 127.0.0.1 -p "$REDFISH_NEWER_PORT" -m "$BMC_ROOT/redfish-newer" \
+  # unbuffered: it prints each request's headers to its log, which a test reads (the Authorization header)
+  PYTHONUNBUFFERED=1 setsid "$PYTHON" "$SUSHY_STATIC" -i 127.0.0.1 -p "$REDFISH_NEWER_PORT" -m "$BMC_ROOT/redfish-newer" \
     -c "$CRT" -k "$BMC_ROOT/redfish-newer.key" </dev/null >"$BMC_ROOT/log/sushy_static.log" 2>&1 &
   echo $! >"$BMC_ROOT/sushy_static.pid"
   log "sushy-static started (pid $!) on https://127.0.0.1:$REDFISH_NEWER_PORT"

@@ -7,7 +7,7 @@ fixture ``kube_api``), object by object with ``dryRun=All`` and strict field val
 
 from __future__ import annotations
 
-import ast
+import base64
 import os
 import re
 import subprocess
@@ -239,10 +239,13 @@ def test_the_charts_bmc_values_give_an_agent_that_reads_the_https_bmc_with_the_s
     agent = compose_agent(settings, once=True)
     try:
         (source,) = agent.sources
-        assert source._auth is not None  # the password file was read: requests carry basic auth
         assert any(e["sensor"] == "chassis/Inlet Temp" for e in source.sample(1000.0).events)
     finally:
         agent.close()
+    # the password from the Secret reached the BMC, inside TLS: sushy-static logs each request's headers
+    basic = base64.b64encode(b"gpuops:bmc-secret").decode()
+    log = Path(bmc["redfish_ca"]).parent / "log" / "sushy_static.log"
+    assert f"Authorization: Basic {basic}" in log.read_text(errors="replace")
 
 
 def test_the_charts_bmc_values_fail_with_what_to_set_when_they_do_not_fit_together(helm: str) -> None:
