@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 #: (a failure just before the agent started); older or undated ones are the node's history.
 FIRST_READ_RECENT_S = 600.0
 
+
 @dataclass(frozen=True)
 class SelEntry:
     """One line of ``ipmitool sel elist``."""
