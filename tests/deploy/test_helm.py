@@ -27,8 +27,9 @@ ALL_ON = ["--set", "safety.armed=true", "--set", "serviceMonitor.enabled=true", 
           "--set", "commands.enabled=true", "--set", "commands.key=test-key", "--set", "agent.kmsgFile=/var/log/kern.log",
           "--set", "auth.tokens[0].name=oncall", "--set", "auth.tokens[0].role=operator",
           "--set", f"auth.tokens[0].sha256={'a' * 64}"]
-#: the node's BMC over Redfish, {node} in its URL (the test BMC's self-signed certificate as the CA: bmc_up.sh)
-BMC = ["--set", "agent.sources=nvml\\,infiniband\\,kmsg\\,redfish", "--set", "agent.bmc.redfishUrl=https://{node}:16232",
+#: the node's BMC over Redfish, {node} in its URL
+BMC = ["--set", "agent.sources=nvml\\,infiniband\\,kmsg\\,redfish",
+       "--set", "agent.bmc.redfishUrl=https://{node}-bmc.mgmt.example",
        "--set", "agent.bmc.user=gpuops", "--set", "agent.bmc.password=bmc-secret"]
 
 
@@ -218,7 +219,9 @@ def test_the_charts_bmc_values_give_an_agent_that_reads_the_https_bmc_with_the_s
     from api.commands.agent import compose_agent
     from collector.agent_settings import AgentSettings
 
-    docs = render(helm, *_bmc_values(bmc["redfish_ca"]))
+    # the HTTPS test BMC (bmc_up.sh) named by {node}, its self-signed certificate as the CA
+    url = bmc["redfish_newer"].replace("127.0.0.1", "{node}")
+    docs = render(helm, *_bmc_values(bmc["redfish_ca"]), "--set", f"agent.bmc.redfishUrl={url}")
     ds = by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]
     secret = by_kind(docs, "Secret")[0]
     files = {k: v for k, v in secret["stringData"].items() if k in ("bmc.pass", "bmc-ca.crt")}
@@ -234,7 +237,7 @@ def test_the_charts_bmc_values_give_an_agent_that_reads_the_https_bmc_with_the_s
             monkeypatch.setenv(name, value.replace(mount["mountPath"], str(tmp_path)))
     monkeypatch.setenv("GPUOPS_AGENT_NODE", "127.0.0.1")  # spec.nodeName: here the test BMC's address
     settings = AgentSettings(sources="redfish", sink="stdout", health_file=None)
-    assert settings.redfish_url == "https://127.0.0.1:16232" and settings.bmc_interval_s == 60
+    assert settings.redfish_url == bmc["redfish_newer"] and settings.bmc_interval_s == 60
     assert (tmp_path / "bmc.pass").read_text() == "bmc-secret" and "BEGIN CERTIFICATE" in files["bmc-ca.crt"]
     agent = compose_agent(settings, once=True)
     try:
