@@ -47,8 +47,8 @@ from typing import Any, NamedTuple
 
 from collector.sources.base import PermanentSourceError, Record, SourceBatch, SourceOptions, TransientSourceError
 from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_event
-from collector.sources.redfish_sensors import (RedfishPayloadError, expand_query, expanded_members, number,
-                                               power_supply_events, sensor_events, sensor_type_of)
+from collector.sources.redfish_sensors import (RedfishPayloadError, as_object, expand_query, expanded_members,
+                                               number, power_supply_events, sensor_events, sensor_type_of)
 
 __all__ = ["REDISCOVER_S", "RedfishGone", "RedfishHTTPError", "RedfishPayloadError", "RedfishSource",
            "power_events", "thermal_events"]
@@ -94,6 +94,11 @@ def _tls_context(url: str, ca_file: Path | None, verify: bool) -> ssl.SSLContext
                                    f"{getattr(e, 'strerror', None) or e}") from e
 
 
+def _ids(resources: Any) -> tuple[str, ...]:
+    """The ``@odata.id`` of each of *resources* that has one (what a sample reads again)."""
+    return tuple(r["@odata.id"] for r in resources if isinstance(r.get("@odata.id"), str))
+
+
 class _Found(NamedTuple):
     """One resource the walk found: its chassis, what it is (``Thermal``, ``Power``, ``Sensors``,
     ``PowerSupplies``), its path, and for the two collections the members a sample reads when it does
@@ -125,7 +130,7 @@ def thermal_events(node: str, ts: float, chassis: str, thermal: dict[str, Any], 
             name = str(t.get("Name") or t.get("FanName") or f"{key}[{i}]")
             value = number(t.get("ReadingCelsius") if stype == "temperature" else t.get("Reading"))
             unit = "Cel" if stype == "temperature" else str(t.get("ReadingUnits") or "RPM")
-            status = t.get("Status") if isinstance(t.get("Status"), dict) else {}
+            status = as_object(t.get("Status"))
             thresholds = {ours: number(t.get(theirs)) for theirs, ours in _THRESHOLDS.items()}
             out.append(sensor_event(node, ts, f"{chassis}/{name}", stype, value, unit, status.get("Health"),
                                     thresholds, "redfish"))
@@ -139,12 +144,12 @@ def power_events(node: str, ts: float, chassis: str, power: dict[str, Any], url:
     out = []
     for key, stype, unnamed in (("PowerSupplies", "power_supply", "PSU"), ("PowerControl", "power", "PowerControl")):
         for i, p in _members(power, key, url):
-            status = p.get("Status") if isinstance(p.get("Status"), dict) else {}
+            status = as_object(p.get("Status"))
             name = f"{chassis}/{p.get('Name') or f'{unnamed}{i}'}"
             if stype == "power_supply":
                 value, thresholds = number(p.get("LastPowerOutputWatts")), {}
             else:
-                limit = p.get("PowerLimit") if isinstance(p.get("PowerLimit"), dict) else {}
+                limit = as_object(p.get("PowerLimit"))
                 value, thresholds = number(p.get("PowerConsumedWatts")), {"upper_critical": limit.get("LimitInWatts")}
             out.append(sensor_event(node, ts, name, stype, value, "W", status.get("Health"), thresholds, "redfish"))
     return out
@@ -251,17 +256,21 @@ class RedfishSource:
         self._walk(now)
         return self._readings(now)
 
-    def _walk(self, now: float) -> None:
-        self._found, self._expand = None, None
-        coll = self.get("/redfish/v1/Chassis")
-        members = coll.get("Members")
+    def _member_links(self, path: str) -> list[str]:
+        """The member links of the collection at *path*; :class:`RedfishPayloadError` naming what is malformed."""
+        members = self.get(path).get("Members")
         if not isinstance(members, list):
-            raise RedfishPayloadError(f"redfish: {self.url}/redfish/v1/Chassis has no 'Members' list")
-        found: list[_Found] = []
+            raise RedfishPayloadError(f"redfish: {self.url}{path} has no 'Members' list")
         for i, m in enumerate(members):
             if not isinstance(m, dict) or not isinstance(m.get("@odata.id"), str):
-                raise RedfishPayloadError(f"redfish: Chassis Members[{i}] has no '@odata.id'")
-            path = m["@odata.id"]
+                raise RedfishPayloadError(f"redfish: {self.url}{path}: Members[{i}] has no '@odata.id'")
+        return [m["@odata.id"] for m in members]
+
+    def _walk(self, now: float) -> None:
+        self._found, self._expand = None, None
+        members = self._member_links("/redfish/v1/Chassis")
+        found: list[_Found] = []
+        for path in members:
             chassis = self.get(path)
             cid = str(chassis.get("Id") or path.rsplit("/", 1)[-1])
             old = [_Found(cid, kind, link) for kind in ("Thermal", "Power") if (link := self._link(chassis, kind, path))]
@@ -279,14 +288,10 @@ class RedfishSource:
         """A chassis without Thermal or Power: its Sensors gpuops reads, and its power supplies."""
         found = []
         if link := self._link(chassis, "Sensors", path):
-            sensors = self._collection(link)
-            found.append(_Found(cid, "Sensors", link, tuple(s["@odata.id"] for s in sensors
-                                                           if sensor_type_of(s) and isinstance(s.get("@odata.id"), str))))
+            found.append(_Found(cid, "Sensors", link, _ids(s for s in self._collection(link) if sensor_type_of(s))))
         if link := self._link(chassis, "PowerSubsystem", path):
             if psus := self._link(self.get(link), "PowerSupplies", self.url + link):
-                supplies = self._collection(psus)
-                found.append(_Found(cid, "PowerSupplies", psus, tuple(p["@odata.id"] for p in supplies
-                                                                      if isinstance(p.get("@odata.id"), str))))
+                found.append(_Found(cid, "PowerSupplies", psus, _ids(self._collection(psus))))
         return [f for f in found if f.members]  # a collection with nothing gpuops reads costs no request
 
     def _collection(self, path: str) -> list[dict[str, Any]]:
@@ -295,15 +300,7 @@ class RedfishSource:
             self._expand = expand_query(self.get("/redfish/v1"))
         if (items := self._expanded(path, walking=True)) is not None:
             return items
-        links = self.get(path).get("Members")
-        if not isinstance(links, list):
-            raise RedfishPayloadError(f"redfish: {self.url}{path} has no 'Members' list")
-        out = []
-        for i, m in enumerate(links):
-            if not isinstance(m, dict) or not isinstance(m.get("@odata.id"), str):
-                raise RedfishPayloadError(f"redfish: {self.url}{path}: Members[{i}] has no '@odata.id'")
-            out.append(self.get(m["@odata.id"]))
-        return out
+        return [self.get(link) for link in self._member_links(path)]
 
     def _expanded(self, path: str, walking: bool) -> list[dict[str, Any]] | None:
         """The members of *path* in one expanded request; ``None`` when the BMC cannot expand, or refuses the

@@ -42,7 +42,8 @@ def number(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _object(v: Any) -> dict[str, Any]:
+def as_object(v: Any) -> dict[str, Any]:
+    """*v* when it is a JSON object, else an empty one (an optional sub-object such as ``Status``)."""
     return v if isinstance(v, dict) else {}
 
 
@@ -78,25 +79,25 @@ def sensor_events(node: str, ts: float, chassis: str, sensors: list[dict[str, An
             if t is not None and not isinstance(t, dict):
                 raise RedfishPayloadError(f"redfish: {where}: Thresholds.{theirs} is {type(t).__name__}, "
                                           f"not an object with a 'Reading'")
-            thresholds[ours] = number(_object(t).get("Reading"))
+            thresholds[ours] = number(as_object(t).get("Reading"))
         name = str(s.get("Name") or s.get("Id") or "sensor")
         unit = str(s.get("ReadingUnits") or _UNITS[stype])
         out.append(sensor_event(node, ts, f"{chassis}/{name}", stype, number(s.get("Reading")), unit,
-                                _object(s.get("Status")).get("Health"), thresholds, "redfish"))
+                                as_object(s.get("Status")).get("Health"), thresholds, "redfish"))
     return out
 
 
 def power_supply_events(node: str, ts: float, chassis: str, supplies: list[dict[str, Any]]) -> list[Record]:
     """One ``power_supply`` event per PowerSupply resource: its ``Status.Health`` (``None`` when absent)."""
     return [sensor_event(node, ts, f"{chassis}/{p.get('Name') or p.get('Id') or f'PSU{i}'}", "power_supply", None,
-                         "W", _object(p.get("Status")).get("Health"), {}, "redfish")
+                         "W", as_object(p.get("Status")).get("Health"), {}, "redfish")
             for i, p in enumerate(supplies)]
 
 
 def expand_query(service_root: dict[str, Any]) -> str:
     """The query that expands a collection's members in its own response, as the service root says this BMC
     supports it (``ProtocolFeaturesSupported.ExpandQuery``), or ``""`` when it does not say so."""
-    q = _object(_object(service_root.get("ProtocolFeaturesSupported")).get("ExpandQuery"))
+    q = as_object(as_object(service_root.get("ProtocolFeaturesSupported")).get("ExpandQuery"))
     levels = "($levels=1)" if q.get("Levels") is True else ""
     if q.get("NoLinks") is True:
         return f"?$expand=.{levels}"
