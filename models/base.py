@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -80,12 +80,36 @@ class Detector(ABC):
         cols = np.array([index[n] for n in self.inputs], np.intp)
         #: input columns, or None when the detector reads the whole matrix as it is
         self._input_cols = None if np.array_equal(cols, np.arange(len(self.feature_names))) else cols
+        #: inputs read as a constant whatever the row says (see :meth:`hold`), and where they sit in its inputs
+        self.held: dict[str, float] = {}
+        self._held_cols = np.zeros(0, np.intp)
+        self._held_values = np.zeros(0, np.float32)
         self.fitted = False
+
+    def hold(self, values: Mapping[str, float]) -> None:
+        """Read the inputs named in *values* as those constants from now on, whatever the rows say.
+
+        For a trained model whose inputs include a feature gpuops has since stopped trusting
+        (models/inputs.py says why): the trees are kept and see that feature as the constant
+        (for an event count, 0: "none in the window"), so no verdict depends on it."""
+        unknown = [n for n in values if n not in self.inputs]
+        if unknown:
+            raise FeatureMismatch(f"{self.kind}: cannot hold {unknown[:5]}: not among the inputs it was trained on")
+        self.held = {n: float(v) for n, v in values.items()}
+        pos = {n: i for i, n in enumerate(self.inputs)}
+        self._held_cols = np.array([pos[n] for n in self.held], np.intp)
+        self._held_values = np.array(list(self.held.values()), np.float32)
 
     def select(self, x: np.ndarray) -> np.ndarray:
         """The detector's input columns of feature rows *x* (pipeline order), C-contiguous: ``x[..., cols]``
-        comes out Fortran-ordered, and the compiled trees then copied it once per ensemble member."""
-        return x if self._input_cols is None else np.take(x, self._input_cols, axis=-1)
+        comes out Fortran-ordered, and the compiled trees then copied it once per ensemble member. Held inputs
+        read their constants."""
+        out = x if self._input_cols is None else np.take(x, self._input_cols, axis=-1)
+        if self._held_cols.size:
+            if out is x:
+                out = x.copy()
+            out[..., self._held_cols] = self._held_values
+        return out
 
     def fit(self, x: np.ndarray, y: np.ndarray | None = None, *, sample_weight: np.ndarray | None = None,
             **kw: Any) -> "Detector":

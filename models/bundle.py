@@ -2,7 +2,8 @@
 
 A saved model is a directory::
 
-    model.json      format, version, feature names, training metadata (recordings, split, seed)
+    model.json      format, version, feature names, training metadata (recordings, split, seed), and
+                    any inputs a detector reads as a constant (``held_inputs``, see :meth:`Detector.hold`)
     metrics.json    validation metrics measured at training time
     rules.json      the rules (data, readable)
     anomaly.joblib  the anomaly detector's parameters
@@ -37,6 +38,7 @@ from pipeline.settings import PipelineSettings
 from .anomaly import AnomalyDetector
 from .base import FeatureMismatch, ModelError, ModelNotFitted
 from .classifier import FailureClassifier
+from .inputs import exclusion_reason
 from .rules import RulesDetector
 
 FORMAT = "gpuops-model"
@@ -116,6 +118,7 @@ class ModelBundle:
         meta = {"format": FORMAT, "version": VERSION, "feature_names": list(self.feature_names),
                 "detectors": [d.kind for d in (self.rules, self.classifier, self.anomaly) if d is not None],
                 "inputs": {d.kind: list(d.inputs) for d in learned},
+                **({"held_inputs": held} if (held := {d.kind: d.held for d in learned if d.held}) else {}),
                 "pipeline": self.metadata.get("pipeline", pipeline_signature()),
                 "sklearn_version": self.metadata.get("sklearn_version", sklearn.__version__)}
         meta.update({k: v for k, v in self.metadata.items() if k not in meta})
@@ -154,6 +157,7 @@ class ModelBundle:
         bundle = cls(rules, metadata=meta)
         mpath = path / "metrics.json"
         bundle.metrics = json.loads(mpath.read_text()) if mpath.is_file() else {}
+        held = _held_inputs(path, meta)
         for kind, ctor in (("classifier", FailureClassifier), ("anomaly", AnomalyDetector)):
             if kind in meta.get("detectors", []):
                 f = path / f"{kind}.joblib"
@@ -162,8 +166,30 @@ class ModelBundle:
                 state = joblib.load(f)
                 det = ctor(feature_names, state.pop("inputs", None))
                 det.set_state(state)
+                try:
+                    det.hold(held.pop(kind, {}))
+                except FeatureMismatch as e:
+                    raise ModelError(f"{path}: model.json held_inputs: {e}") from None
                 setattr(bundle, kind, det)
+        if held:
+            raise ModelError(f"{path}: model.json held_inputs names detectors it does not list: {sorted(held)}")
         return bundle
+
+
+def _held_inputs(path: Path, meta: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """model.json's ``held_inputs`` ({detector: {input: constant}}), checked: each is a number, and each input is
+    one models/inputs.py excludes from training now (its reason is why the model must not read it)."""
+    held = meta.get("held_inputs", {})
+    if not isinstance(held, dict) or not all(isinstance(v, dict) for v in held.values()):
+        raise ModelError(f"{path}: model.json held_inputs must map a detector to {{input: number}}")
+    for kind, values in held.items():
+        for name, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ModelError(f"{path}: model.json held_inputs: {kind} {name} = {v!r} is not a number")
+            if exclusion_reason(name) is None:
+                raise ModelError(f"{path}: model.json held_inputs: {kind} holds {name}, which models/inputs.py "
+                                 "does not exclude; only an input gpuops no longer trains on may be held")
+    return {k: dict(v) for k, v in held.items()}
 
 
 @functools.cache

@@ -55,6 +55,12 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
      "fleet's job mix. Power is only comparable among one job's GPUs, and the telemetry names no job: "
      "against the node's busy GPUs instead it read 1.0-1.2 at 60 s sampling on healthy shared nodes (jobs "
      "in different phases; bench/results/robustness.md, candidates A1 and A2)"),
+    (r"^(node_)?xid_(app|informational)_count_(short|long)$",
+     "the catalogue's RESTART_APP and IGNORE XIDs are the job's doing or a driver's log line, not this GPU's "
+     "hardware: their rate is the job mix's and the driver's, and a model learns from them what a simulator "
+     "logs (a tree read an informational XID 92 as 'this storm is benign', though a driver logs it for a failing "
+     "HBM's corrected errors too). The rules never act on them. The shipped model, trained before this, holds "
+     "them at 0 (model.json held_inputs; bench/results/robustness.md, X3 and XW)"),
     (r"^ecc_sbe_(per_h_10m|10m_of_peak|10m_growth)$",
      "read by the policy as a stated rule (an hbm_ecc prediction waits while its GPU's storm of corrected "
      "errors falls from its own peak or holds its rate: PolicyConfig.hbm_storm_ratio, hbm_steady_growth); a "
