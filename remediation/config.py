@@ -217,7 +217,7 @@ class PolicyConfig(BaseModel):
         "0.29-0.56 there, 55 of 63 true ones 0.6 or more; on them it removed three of 18 false drains and cost no "
         "catch (robustness.md, thirteenth and fourteenth sessions, W19, W20).")
     hbm_steady_growth: float = Field(
-        0.0, ge=0,
+        1.5, ge=0,
         description="When > 0, an hbm_ecc prediction's action also waits while the predicted GPU's last known "
         "10-minute corrected-ECC rate within hbm_storm_memory_s was above 0 and under this multiple of its own rate "
         "in the hour before (ending 10-20 min ago, floored at 1 per hour; NodeScores.sbe_growth, pipeline/storms.py): "
@@ -225,10 +225,11 @@ class PolicyConfig(BaseModel):
         "errors grow. A storm in its first hour reads as growing (the hour before it was quiet); a GPU with no error "
         "in the last 10 minutes has stopped and is not held; one without a reading (under 30 min of exposure in that "
         "hour) is not held. The sustain timer keeps running, so the prediction acts on the tick its errors grow. "
-        "Rules still act at once. 0 (the default): off. An operator's choice for fleets with frequent plateaus of "
-        "corrected errors: 1.5 removed every false hbm_ecc drain of the tuning worlds (4 in 1,536 node-days) and "
-        "cost 2 of 145 early HBM catches (a slow grower, and a failure on a GPU that had just stormed), so it is not "
-        "on by default (docs/operations.md; robustness.md, eighteenth session, W21).")
+        "Rules still act at once. 0: off. 1.5 (W21's value, chosen a priori) is on by default since the classifier "
+        "stopped reading the driver's informational XID 92 as 'this storm is benign' (decision XW): with both, the "
+        "tuning worlds drain as many benign storms as before (15 false actions in 1,536 node-days, moved from "
+        "plateaus to fresh storms) and catch 22 more of 145 HBM failures ahead (robustness.md, nineteenth and "
+        "twenty-fifth sessions).")
     hbm_storm_memory_s: float = Field(
         1800.0, gt=0,
         description="How long (telemetry seconds) a reading of a GPU's SBE rate against its peak and its hour before "

@@ -216,12 +216,13 @@ def steady(p: float, ratio: float, growth: float | None) -> NodeScores:
     return s
 
 
-STEADY = CFG.model_copy(update={"hbm_steady_growth": 1.5})  # an operator's choice, off by default
+STEADY = CFG.model_copy(update={"hbm_steady_growth": 1.5})  # the default since decision XW
+UNGATED = CFG.model_copy(update={"hbm_steady_growth": 0.0})
 
 
 def test_an_hbm_prediction_on_a_storm_that_holds_its_rate_waits_and_says_why():
-    assert CFG.hbm_steady_growth == 0.0
-    assert drains(run([steady(0.95, 0.9, 1.1)] * 30, CFG)[0])[0].ts == 60.0     # off: a plateau drains
+    assert CFG.hbm_steady_growth == 1.5
+    assert drains(run([steady(0.95, 0.9, 1.1)] * 30, UNGATED)[0])[0].ts == 60.0  # off: a plateau drains
     out, _ = run([steady(0.95, 0.9, 1.1)] * 30, STEADY)         # a plateau: near its peak, as it was an hour ago
     assert drains(out) == []
     assert any("a steady storm" in x.reason for x in out if x.action is Action.ALERT)
