@@ -175,7 +175,11 @@ def render_bmc(plan: "FleetPlan", bp: BmcPlan, a: int, b: int, level: np.ndarray
     t0, t1 = a * dt, min(b, cfg.n_ticks) * dt
     world = plan.cfg.world   # a drawn world gives a BMC to some nodes only; the home world to every node
     has = np.ones(N, bool) if world is None else np.array(world.bmc_node, bool)
-    out = [_sel_event(plan, s) for s in bp.sel if t0 <= s.t < t1 and has[s.node]]
+    out = []
+    for s in bp.sel:  # the node's next reading minute reads the entry (its sample reads the SEL and the sensors)
+        read_t = math.ceil((s.t - bp.phase_s[s.node]) / every) * every + bp.phase_s[s.node]
+        if t0 <= read_t < t1 and has[s.node]:
+            out.append(_sel_event(plan, s, read_t))
     periods = np.arange(max(0, math.floor(t0 / every) - 1), math.ceil(t1 / every) + 1)
     t = periods[:, None] * every + bp.phase_s[None, :]  # (P, N)
     ok = (t >= t0) & (t < t1) & has[None, :]
@@ -254,18 +258,20 @@ def _status(value: float, thr: dict[str, float | None]) -> str:
     return "ok"
 
 
-def _sel_event(plan: "FleetPlan", s: SelLine) -> Record:
-    """The ``kind="sel"`` event ``IpmiSource.sel_event`` makes of this entry's ``sel elist`` line, as if read the moment
-    it was logged: the agent stamps ``ts`` at its sample, up to ``bmc_interval_s`` later, and adds the BMC's time as
-    ``sel_ts`` (docs/simulator.md)."""
-    ts = float(math.floor(plan.cfg.start_ts + s.t))  # the SEL keeps whole seconds
-    day, clock = time.strftime("%m/%d/%Y", time.gmtime(ts)), time.strftime("%H:%M:%S", time.gmtime(ts))
+def _sel_event(plan: "FleetPlan", s: SelLine, read_t: float) -> Record:
+    """The ``kind="sel"`` event ``IpmiSource.sel_event`` makes of this entry's ``sel elist`` line, read by the node's
+    BMC sample at *read_t* (seconds from the start): the agent stamps ``ts`` at the sample that reads the entry and
+    keeps the BMC's own time of the entry as ``sel_ts`` (docs/simulator.md)."""
+    sel_ts = float(math.floor(plan.cfg.start_ts + s.t))  # the SEL keeps whole seconds
+    day, clock = time.strftime("%m/%d/%Y", time.gmtime(sel_ts)), time.strftime("%H:%M:%S", time.gmtime(sel_ts))
     line = f"{s.sel_id:4x} | {day} | {clock} | {s.sensor} | {s.event_text} | {'Asserted' if s.asserted else 'Deasserted'}"
     if s.detail:
         line += f" | {s.detail}"
+    line = line.strip()  # as the source's parser keeps it (ipmitool pads the id)
     sensor_type = s.sensor.split(" #")[0]
-    return {"ts": ts, "node": plan.node_names[s.node], "gpu": None, "source": "bmc", "kind": "sel",
-            "code": s.sel_id if s.sel_id < 2**31 else None, "pci_bus_id": None, "sel_id": s.sel_id,
+    return {"ts": round(float(plan.cfg.start_ts + read_t), 3), "node": plan.node_names[s.node], "gpu": None, "source": "bmc",
+            "kind": "sel", "code": s.sel_id if s.sel_id < 2**31 else None, "pci_bus_id": None, "sel_id": s.sel_id,
+            "sel_ts": sel_ts,
             "sensor": s.sensor, "sensor_type": sensor_type, "event_text": s.event_text, "asserted": s.asserted,
             "message": line}
 

@@ -12,7 +12,7 @@ from collector.schema import FaultClass
 from collector.simulator import SimConfig, Simulator
 from collector.simulator.bmc import SENSORS
 from collector.sources.bmc_common import sensor_event
-from collector.sources.ipmi import parse_sel_elist
+from collector.sources.ipmi import IpmiSource, parse_sel_elist
 
 POWER_THERMAL = {FaultClass.POWER: 1.0, FaultClass.THERMAL: 1.0}
 
@@ -46,11 +46,16 @@ def test_bmc_events_have_exactly_the_shapes_the_agents_bmc_sources_give(fleet):
     assert all(bmc_problem(e) is None for e in bmc)
     sel = [e for e in bmc if e["kind"] == "sel"]
     assert sel
-    # each SEL event is what IpmiSource.sel_event makes of its own `sel elist` line
+    # each SEL event is exactly what IpmiSource.sel_event makes of its own `sel elist` line, read by the node's
+    # BMC sample that follows the entry: the sample's time is `ts`, the entry's own `sel_ts`
+    reads = {(e["node"], e["ts"]) for e in sensors}
     for e in sel:
         (entry,) = parse_sel_elist(e["message"])
-        assert (entry.sel_id, entry.ts, entry.sensor, entry.sensor_type, entry.event_text, entry.asserted) == (
-            e["sel_id"], e["ts"], e["sensor"], e["sensor_type"], e["event_text"], e["asserted"])
+        assert IpmiSource(e["node"], "bmc").sel_event(entry, e["ts"]) == e
+        assert (e["node"], e["ts"]) in reads
+        assert 0 <= e["ts"] - e["sel_ts"] < 61  # the SEL keeps whole seconds
+    lag = [e["ts"] - e["sel_ts"] for e in sel]
+    assert max(lag) > 30 and min(lag) < 30  # spread over the reading minute, not stamped at the entry
 
 
 def test_readings_come_once_a_minute_per_node_and_sensor(fleet):
