@@ -79,7 +79,7 @@ class DirModelRegistry:
                 info["detectors"] = [str(d) for d in meta.get("detectors", [])]
                 training = meta.get("training", {}) if isinstance(meta.get("training"), dict) else {}
                 info["created"] = str(training.get("created") or meta.get("created") or "") or None
-                info["metadata"] = {k: meta[k] for k in ("format", "version", "sklearn_version", "pipeline")
+                info["metadata"] = {k: meta[k] for k in ("format", "version", "sklearn_version", "pipeline", "held_inputs")
                                     if k in meta} | {"training": {k: training[k] for k in
                                                                   ("recordings", "train_rows", "seconds", "seed")
                                                                   if k in training}}

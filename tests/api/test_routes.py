@@ -266,6 +266,8 @@ def test_models_are_listed_with_their_metrics_and_the_active_one(client):
     body = client.get("/v1/models", headers=headers("viewer")).json()
     assert body["active"] == "default" and [m["name"] for m in body["models"]] == ["default"]
     assert "classifier" in body["models"][0]["detectors"]
+    # inputs the shipped classifier reads as a constant, so on-call can see what a model no longer trusts
+    assert body["models"][0]["metadata"]["held_inputs"]["classifier"]["xid_informational_count_short"] == 0
     m = client.get("/v1/models/default/metrics", headers=headers("viewer")).json()
     assert m["name"] == "default" and m["metrics"]
     assert_error(client.get("/v1/models/nope/metrics", headers=headers("viewer")), 404)
