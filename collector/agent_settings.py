@@ -92,6 +92,11 @@ class AgentSettings(BaseSettings):
     redfish_tls_verify: bool = Field(True, description=(
         "Check the BMC's HTTPS certificate. false skips the check (and warns at start): anyone on the management "
         "network could then read the Redfish password. Prefer redfish_ca_file."))
+    redfish_skip_chassis: str = Field("", description=(
+        "Comma-separated patterns (shell-style, case-sensitive) of chassis Ids the redfish source does not read, "
+        "e.g. HGX_GPU_*,HGX_NVSwitch_*: on an HGX board whose BMC does not expand collections every GPU chassis' "
+        "sensors cost a request each a minute, and NVML reads the same GPUs. The Id is the last segment of the "
+        "chassis' URL, so a skipped chassis costs no request at all. Empty: every chassis."))
 
     source_wait_s: float = Field(2.0, gt=0, description=(
         "Seconds a tick waits for its sources, each sampling in its own thread (at most half of interval_s). "
@@ -199,6 +204,11 @@ class AgentSettings(BaseSettings):
     def sample_every_s(self, source: str) -> float | None:
         """Seconds between two samples of *source* when it is not every tick (the BMC sources), else None."""
         return self.bmc_interval_s if source in BMC_SOURCES and self.bmc_interval_s > self.interval_s else None
+
+    @property
+    def redfish_skip_patterns(self) -> tuple[str, ...]:
+        """``redfish_skip_chassis`` as patterns, in order, without blanks or duplicates."""
+        return tuple(dict.fromkeys(p.strip() for p in self.redfish_skip_chassis.split(",") if p.strip()))
 
     @property
     def source_names(self) -> list[str]:

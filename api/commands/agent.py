@@ -51,7 +51,8 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
                             bmc_password_file=settings.bmc_password_file, bmc_state_file=settings.bmc_state_file,
                             bmc_timeout_s=settings.bmc_timeout_s, redfish_url=settings.redfish_url,
                             redfish_user=settings.redfish_user, redfish_password_file=settings.redfish_password_file,
-                            redfish_ca_file=settings.redfish_ca_file, redfish_tls_verify=settings.redfish_tls_verify)
+                            redfish_ca_file=settings.redfish_ca_file, redfish_tls_verify=settings.redfish_tls_verify,
+                            redfish_skip_chassis=settings.redfish_skip_patterns)
     sources: list[Any] = []
     try:
         if "nvml" in names:

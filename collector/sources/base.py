@@ -112,6 +112,7 @@ class SourceOptions:
     redfish_password_file: Path | None = None
     redfish_ca_file: Path | None = None
     redfish_tls_verify: bool = True
+    redfish_skip_chassis: tuple[str, ...] = ()
 
 
 #: Source name → "module:Class". Imported lazily so that ``gpuops agent --sources

@@ -37,13 +37,14 @@ is wrong, and the agent's other sources go on.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import json
 import logging
 import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from collector.sources.base import PermanentSourceError, Record, SourceBatch, SourceOptions, TransientSourceError
 from collector.sources.bmc_common import SourceBackoff, read_secret, sensor_event
@@ -161,7 +162,8 @@ class RedfishSource:
     name = "redfish"
 
     def __init__(self, node: str, url: str, user: str | None = None, password: str | None = None,
-                 timeout_s: float = 5.0, ca_file: Path | None = None, verify_tls: bool = True) -> None:
+                 timeout_s: float = 5.0, ca_file: Path | None = None, verify_tls: bool = True,
+                 skip_chassis: Sequence[str] = ()) -> None:
         if not url.startswith(("http://", "https://")):
             raise PermanentSourceError(f"redfish source: {url!r} is not an http(s) URL "
                                        f"(expected e.g. https://bmc-host)")
@@ -171,6 +173,9 @@ class RedfishSource:
         if user:
             self._auth = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
         self.backoff = SourceBackoff()
+        #: Patterns of chassis Ids not read (fnmatch), and how many chassis the last walk skipped.
+        self.skip_chassis = tuple(skip_chassis)
+        self._skipped = 0
         #: The walk's resources, and when it was made.
         self._found: list[_Found] | None = None
         self._found_at = 0.0
@@ -186,7 +191,7 @@ class RedfishSource:
             raise PermanentSourceError("redfish source needs redfish_url (GPUOPS_AGENT_REDFISH_URL or --redfish-url)")
         password = read_secret(options.redfish_password_file, "REDFISH_PASSWORD", "redfish source")
         return cls(options.node, options.redfish_url, options.redfish_user, password, options.bmc_timeout_s,
-                   options.redfish_ca_file, options.redfish_tls_verify)
+                   options.redfish_ca_file, options.redfish_tls_verify, options.redfish_skip_chassis)
 
     def get(self, path: str) -> dict[str, Any]:
         """The JSON object at *path*; :class:`TransientSourceError` / :class:`RedfishPayloadError`."""
@@ -268,14 +273,19 @@ class RedfishSource:
 
     def _walk(self, now: float) -> None:
         self._found, self._expand = None, None
-        members = self._member_links("/redfish/v1/Chassis")
+        listed = self._member_links("/redfish/v1/Chassis")
+        members = [p for p in listed if not self._skips(p)]
+        self._skipped = len(listed) - len(members)
+        if listed and not members:
+            log.warning("redfish: redfish_skip_chassis %s skips all %d chassis at %s, so this source reads no sensor",
+                        ",".join(self.skip_chassis), len(listed), self.url)
         found: list[_Found] = []
         for path in members:
             chassis = self.get(path)
             cid = str(chassis.get("Id") or path.rsplit("/", 1)[-1])
             old = [_Found(cid, kind, link) for kind in ("Thermal", "Power") if (link := self._link(chassis, kind, path))]
             found.extend(old or self._walk_newer(cid, chassis, path))
-        if not found:  # a source that samples nothing must say so, not look healthy
+        if not found and (members or not listed):  # a source that samples nothing must say so, not look healthy
             log.warning("redfish: none of the %d chassis at %s links a Thermal, Power, Sensors or PowerSubsystem "
                         "resource, so this source reads no sensor; the ipmi source reads the same BMC's sensors",
                         len(members), self.url)
@@ -283,6 +293,11 @@ class RedfishSource:
         if found and not self._expand and (each := sum(len(f.members) for f in found)):
             log.info("redfish: %s reads %d sensors and power supplies one request each (the BMC does not expand "
                      "collections): %d requests a sample", self.url, each, self.health()["requests_per_sample"])
+
+    def _skips(self, path: str) -> bool:
+        """Whether the chassis at *path* is one redfish_skip_chassis names (its Id is the URL's last segment)."""
+        cid = path.rstrip("/").rsplit("/", 1)[-1]
+        return any(fnmatch.fnmatchcase(cid, p) for p in self.skip_chassis)
 
     def _walk_newer(self, cid: str, chassis: dict[str, Any], path: str) -> list[_Found]:
         """A chassis without Thermal or Power: its Sensors gpuops reads, and its power supplies."""
@@ -347,7 +362,7 @@ class RedfishSource:
         found = self._found or []
         per_sample = sum(len(f.members) if f.members and not self._expand else 1 for f in found)
         return {"walked_at": self._found_at if self._found is not None else None,
-                "chassis": len({f.chassis for f in found}),
+                "chassis": len({f.chassis for f in found}), "skipped_chassis": self._skipped,
                 "schema": sorted({"old" if f.kind in ("Thermal", "Power") else "newer" for f in found}),
                 "expand": bool(self._expand), "requests_per_sample": per_sample, "requests_total": self.requests}
 

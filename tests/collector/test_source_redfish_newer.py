@@ -61,6 +61,22 @@ def test_without_expand_a_sample_asks_only_for_the_sensors_and_supplies_the_walk
 
 
 @pytest.mark.bmc
+def test_chassis_named_by_redfish_skip_chassis_cost_no_request_and_give_no_reading(bmc, caplog) -> None:
+    src = _newer_bmc(bmc, redfish_skip_chassis=("HGX_GPU_*",))  # NVML reads the GPUs
+    got = _agent_sensor_events(src)
+    assert set(got) == {"chassis/Inlet Temp", "chassis/CPU0 Temp", "chassis/Fan0 Tach", "chassis/Total Power",
+                        "chassis/PSU0", "chassis/PSU1"}
+    assert (src.health()["chassis"], src.health()["skipped_chassis"], src.health()["requests_per_sample"]) == (1, 1, 6)
+    n = src.requests
+    src.sample(1060.0)
+    assert src.requests - n == 6  # the GPU chassis' sensor is no longer read (7 without the setting)
+    with caplog.at_level(logging.WARNING, logger="collector.sources.redfish"):
+        everything = _newer_bmc(bmc, redfish_skip_chassis=("chassis", "HGX_*"))
+        assert everything.sample(1000.0).events == []
+    assert "skips all 2 chassis" in caplog.text and everything.health()["skipped_chassis"] == 2
+
+
+@pytest.mark.bmc
 def test_a_bmc_certificate_that_does_not_verify_is_an_error_that_names_the_setting(bmc, caplog) -> None:
     for src in (_newer_bmc(bmc, redfish_ca_file=None),  # the system's CAs do not know a self-signed BMC
                 _newer_bmc(bmc, redfish_url=bmc["redfish_newer"].replace("127.0.0.1", "localhost"))):  # not its name
@@ -214,7 +230,7 @@ def test_the_agents_health_record_says_what_the_redfish_walk_found_and_what_a_sa
         assert agent.health()["redfish"]["walked_at"] is None
         agent.sources[0].sample(1000.0)
         assert agent.health()["redfish"] | {"requests_total": 0} == {
-            "walked_at": 1000.0, "chassis": 2, "schema": ["newer"], "expand": False, "requests_per_sample": 7,
-            "requests_total": 0}
+            "walked_at": 1000.0, "chassis": 2, "skipped_chassis": 0, "schema": ["newer"], "expand": False,
+            "requests_per_sample": 7, "requests_total": 0}
     finally:
         agent.close()

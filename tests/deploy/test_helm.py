@@ -221,7 +221,8 @@ def test_the_charts_bmc_values_give_an_agent_that_reads_the_https_bmc_with_the_s
 
     # the HTTPS test BMC (bmc_up.sh) named by {node}, its self-signed certificate as the CA
     url = bmc["redfish_newer"].replace("127.0.0.1", "{node}")
-    docs = render(helm, *_bmc_values(bmc["redfish_ca"]), "--set", f"agent.bmc.redfishUrl={url}")
+    docs = render(helm, *_bmc_values(bmc["redfish_ca"]), "--set", f"agent.bmc.redfishUrl={url}",
+                  "--set", "agent.bmc.skipChassis=HGX_GPU_*\\,HGX_NVSwitch_*")
     ds = by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]
     secret = by_kind(docs, "Secret")[0]
     files = {k: v for k, v in secret["stringData"].items() if k in ("bmc.pass", "bmc-ca.crt")}
@@ -238,11 +239,14 @@ def test_the_charts_bmc_values_give_an_agent_that_reads_the_https_bmc_with_the_s
     monkeypatch.setenv("GPUOPS_AGENT_NODE", "127.0.0.1")  # spec.nodeName: here the test BMC's address
     settings = AgentSettings(sources="redfish", sink="stdout", health_file=None)
     assert settings.redfish_url == bmc["redfish_newer"] and settings.bmc_interval_s == 60
+    assert settings.redfish_skip_patterns == ("HGX_GPU_*", "HGX_NVSwitch_*")
     assert (tmp_path / "bmc.pass").read_text() == "bmc-secret" and "BEGIN CERTIFICATE" in files["bmc-ca.crt"]
     agent = compose_agent(settings, once=True)
     try:
         (source,) = agent.sources
-        assert any(e["sensor"] == "chassis/Inlet Temp" for e in source.sample(1000.0).events)
+        read = {e["sensor"] for e in source.sample(1000.0).events}
+        assert "chassis/Inlet Temp" in read and not any(s.startswith("HGX_GPU_") for s in read)
+        assert source.health()["skipped_chassis"] == 1
     finally:
         agent.close()
     # the password from the Secret reached the BMC, inside TLS: sushy-static logs each request's headers
