@@ -23,7 +23,9 @@ A BMC can take a second or more per request, and an HGX board lists dozens of ch
 each member, and which sensors and supplies they hold) is made once and kept: a sample asks only
 for the resources found, and the walk is made again after :data:`REDISCOVER_S`, or within the
 same sample when a resource it found stops answering (HTTP 404 or 410: a chassis replaced or
-renumbered). Any other failure drops the walk too, so the sample after it walks again.
+renumbered). Any other failure drops the walk too, so the sample after it walks again. Chassis whose Id (the
+last segment of the member's URL) matches a ``redfish_skip_chassis`` pattern are left out before the walk asks
+for them: an HGX board's GPU and NVSwitch chassis, whose sensors NVML reads already.
 
 The password comes from ``redfish_password_file`` or ``$REDFISH_PASSWORD``, never argv. An ``https://``
 BMC's certificate is checked against ``redfish_ca_file`` (its CA, or the BMC's own self-signed
