@@ -79,10 +79,10 @@ class DirModelRegistry:
                 info["detectors"] = [str(d) for d in meta.get("detectors", [])]
                 training = meta.get("training", {}) if isinstance(meta.get("training"), dict) else {}
                 info["created"] = str(training.get("created") or meta.get("created") or "") or None
-                info["metadata"] = {k: meta[k] for k in ("format", "version", "sklearn_version", "pipeline", "held_inputs")
-                                    if k in meta} | {"training": {k: training[k] for k in
-                                                                  ("recordings", "train_rows", "seconds", "seed")
-                                                                  if k in training}}
+                shown = ("format", "version", "sklearn_version", "pipeline", "held_inputs")
+                how = ("recordings", "train_rows", "seconds", "seed")
+                info["metadata"] = {k: meta[k] for k in shown if k in meta} | {
+                    "training": {k: training[k] for k in how if k in training}}
             except (OSError, ValueError) as e:
                 info["error"] = f"model.json unreadable: {e}"
             out.append(info)

@@ -264,14 +264,14 @@ def _sel_event(plan: "FleetPlan", s: SelLine, read_t: float) -> Record:
     keeps the BMC's own time of the entry as ``sel_ts`` (docs/simulator.md)."""
     sel_ts = float(math.floor(plan.cfg.start_ts + s.t))  # the SEL keeps whole seconds
     day, clock = time.strftime("%m/%d/%Y", time.gmtime(sel_ts)), time.strftime("%H:%M:%S", time.gmtime(sel_ts))
-    line = f"{s.sel_id:4x} | {day} | {clock} | {s.sensor} | {s.event_text} | {'Asserted' if s.asserted else 'Deasserted'}"
+    # as the source's parser keeps the line: ipmitool pads the id, the parser strips it
+    state = "Asserted" if s.asserted else "Deasserted"
+    line = f"{s.sel_id:x} | {day} | {clock} | {s.sensor} | {s.event_text} | {state}"
     if s.detail:
         line += f" | {s.detail}"
-    line = line.strip()  # as the source's parser keeps it (ipmitool pads the id)
     sensor_type = s.sensor.split(" #")[0]
-    return {"ts": round(float(plan.cfg.start_ts + read_t), 3), "node": plan.node_names[s.node], "gpu": None, "source": "bmc",
-            "kind": "sel", "code": s.sel_id if s.sel_id < 2**31 else None, "pci_bus_id": None, "sel_id": s.sel_id,
-            "sel_ts": sel_ts,
-            "sensor": s.sensor, "sensor_type": sensor_type, "event_text": s.event_text, "asserted": s.asserted,
-            "message": line}
+    return {"ts": round(float(plan.cfg.start_ts + read_t), 3), "node": plan.node_names[s.node], "gpu": None,
+            "source": "bmc", "kind": "sel", "code": s.sel_id if s.sel_id < 2**31 else None, "pci_bus_id": None,
+            "sel_id": s.sel_id, "sel_ts": sel_ts, "sensor": s.sensor, "sensor_type": sensor_type,
+            "event_text": s.event_text, "asserted": s.asserted, "message": line}
 
