@@ -64,6 +64,10 @@ class NodeScores:
     #: per hour; pipeline.storms); under PolicyConfig.hbm_steady_growth a storm holds its rate. NaN: not known this
     #: tick; None: not known for any node
     sbe_growth: np.ndarray | None = None
+    #: per node: whether the GPU with the highest p_fail has a sample in this tick's short window (True where that is
+    #: not known). A tick without one is silence, not a reading: under PolicyConfig.stale_tick_keeps_prediction its
+    #: probability does not end a prediction. None: every node is fresh
+    fresh: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.node)
@@ -75,6 +79,10 @@ class NodeScores:
     def has_vetoed_rule(self, i: int) -> bool:
         """Whether an acting rule's condition holds on node *i* but a veto stops it (see ``rule_vetoed``)."""
         return self.rule_vetoed is not None and bool(self.rule_vetoed[i])
+
+    def is_fresh(self, i: int) -> bool:
+        """Whether node *i*'s most likely GPU was read in this tick's short window (see ``fresh``)."""
+        return self.fresh is None or bool(self.fresh[i])
 
     def fault_class(self, i: int) -> FaultClass | None:
         """The model's fault class for node *i* (None when the models name none)."""
@@ -92,6 +100,8 @@ PCIE_NOW = "pcie_replay_per_min_short"
 SBE_OF_PEAK = "ecc_sbe_10m_of_peak"
 #: the feature behind ``NodeScores.sbe_growth`` (pipeline.storms)
 SBE_GROWTH = "ecc_sbe_10m_growth"
+#: the feature behind ``NodeScores.fresh``: the GPU's samples in the short window
+SAMPLES_NOW = "samples_short"
 
 
 def score_batches(bundle: ModelBundle, batches: Sequence[FeatureBatch]) -> list[ScoreBatch]:
@@ -136,6 +146,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     pcie = batch.column(PCIE_NOW)[row].astype(np.float64) if PCIE_NOW in batch.names else None
     storm = batch.column(SBE_OF_PEAK)[row].astype(np.float64) if SBE_OF_PEAK in batch.names else None
     growth = batch.column(SBE_GROWTH)[row].astype(np.float64) if SBE_GROWTH in batch.names else None
+    fresh = ~(batch.column(SAMPLES_NOW)[row] <= 0) if SAMPLES_NOW in batch.names else None  # NaN (not known): True
     vetoed = None
     if scores.rule_vetoed is not None:
         acting = np.array([r.action.acts for r in rules.rules] + [False])
@@ -143,4 +154,5 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     return NodeScores(batch.ts, node[starts], p[row], scores.fault[row], batch.gpu[row].astype(int), row,
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe,
-                      pcie_per_min=pcie, sbe_of_peak=storm, rule_vetoed=vetoed, sbe_growth=growth)
+                      pcie_per_min=pcie, sbe_of_peak=storm, rule_vetoed=vetoed, sbe_growth=growth,
+                      fresh=fresh)

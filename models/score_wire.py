@@ -69,6 +69,8 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
             msg[c] = [None if x != x else x for x in np.round(v.astype(float), nd).tolist()]
     if ns.rule_vetoed is not None:
         msg["rule_vetoed"] = np.asarray(ns.rule_vetoed, bool).tolist()
+    if ns.fresh is not None:
+        msg["fresh"] = np.asarray(ns.fresh, bool).tolist()
     if extra:
         msg.update({k: v for k, v in extra.items() if k not in msg})
     return orjson.dumps(msg)
@@ -104,9 +106,10 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool),
             pcie_per_min=_floats(m.get("pcie_per_min")), sbe_of_peak=_floats(m.get("sbe_of_peak")),
             rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool),
-            sbe_growth=_floats(m.get("sbe_growth")))
+            sbe_growth=_floats(m.get("sbe_growth")),
+            fresh=None if m.get("fresh") is None else np.array(m["fresh"], bool))
         # optional: absent (an older scorer) is None, never short
-        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth"):
+        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth", "fresh"):
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")

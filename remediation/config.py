@@ -67,6 +67,16 @@ class PolicyConfig(BaseModel):
         "predictive recall 0.80, 0.77, 0.75. Re-chosen for the CUSUM model on 512 node-days (+ the two x3 "
         "background worlds): HBM 600/900/1200/1800 s made 5/4/4/4 false actions, predictive recall "
         "0.856/0.843/0.830/0.791.")
+    stale_tick_keeps_prediction: bool = Field(
+        True,
+        description="On a tick whose short window holds no sample of the node's most likely GPU "
+        "(NodeScores.fresh), a probability under the act line (or corroborate_threshold) does not end the run "
+        "of ticks above it: silence is not a reading that the GPU is healthy again. At 60 s sampling, or where an "
+        "exporter drops scrapes, about every other tick is one, and the model reads its empty short window "
+        "differently (a PCIe precursor scored 0.86-0.92 on ticks with a sample, 0.70-0.80 on those without), so "
+        "a sustained prediction could never outlast act_sustain_s. A tick with a sample under the line ends the "
+        "run as before, and a prediction acts only on a tick above its line. false: every tick counts, read or "
+        "not (the behaviour before candidate FR, robustness.md, twenty-sixth session).")
     corroborate_threshold: float = Field(
         0.9, gt=0, le=1,
         description="Probability (0-1) whose sustained crossing corroborates a prediction (a rising trend): "

@@ -276,11 +276,12 @@ def _hold_outcome(name: str, before: NodeState, decisions: list[Decision], now: 
 
 
 def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault: FaultClass | None,
-           rule_acts: bool, warm: bool, now: float, cfg: PolicyConfig, floors: Floors) -> NodeState:
+           rule_acts: bool, warm: bool, now: float, cfg: PolicyConfig, floors: Floors) -> tuple[NodeState, bool]:
     """The evidence timers after this tick: sustained probabilities and second signals, all
-    counted from the end of the node's warm-up (young windows are not evidence)."""
+    counted from the end of the node's warm-up (young windows are not evidence); and whether this
+    tick's prediction is above its act line (a prediction acts only on such a tick)."""
     if not warm:
-        return ns
+        return ns, False
     sbe_at = ns.sbe_at
     if cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None:
         sbe_at = now if s.sbe_now[i] else _recent(sbe_at, now, cfg.hbm_recent_sbe_s)
@@ -302,9 +303,12 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
         (fault is FaultClass.HBM_ECC and cfg.hbm_recent_sbe_s > 0 and s.sbe_now is not None and sbe_at is None)
         or (pcie_gate and fault in cfg.pcie_warn_faults and pcie_at is None and pcie_quiet_at is not None))
     above = fault is not None and p >= floors.act(cfg, fault) and not held_back
-    above_since = (ns.above_since if ns.above_since is not None else now) if above else None
     high = fault is not None and p >= cfg.corroborate_threshold
-    high_since = (ns.high_since if ns.high_since is not None else now) if high else None
+    # a tick without a reading of the GPU is silence: its probability under the line ends no run (FR)
+    keep = cfg.stale_tick_keeps_prediction and not s.is_fresh(i)
+    above_since = (ns.above_since if ns.above_since is not None else now) if above else \
+        (ns.above_since if keep else None)
+    high_since = (ns.high_since if ns.high_since is not None else now) if high else (ns.high_since if keep else None)
     window = cfg.corroborate_window_s                # second signals older than this are forgotten
     anomaly_at = now if anomaly >= cfg.corroborate_anomaly else _recent(ns.anomaly_at, now, window)
     rule_at, rule_fault = ns.rule_signal_at, ns.rule_signal_fault
@@ -316,11 +320,11 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
             storm_at, storm_growth, growth_at) == (ns.above_since, ns.high_since, ns.anomaly_at, ns.rule_signal_at,
                                                    ns.rule_signal_fault, ns.sbe_at, ns.pcie_at, ns.pcie_quiet_at,
                                                    ns.storm_ratio, ns.storm_at, ns.storm_growth, ns.growth_at):
-        return ns
+        return ns, above
     return replace(ns, above_since=above_since, high_since=high_since, anomaly_at=anomaly_at,
                    rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at,
                    pcie_quiet_at=pcie_quiet_at, storm_ratio=storm_ratio, storm_at=storm_at, storm_growth=storm_growth,
-                   growth_at=growth_at)
+                   growth_at=growth_at), above
 
 
 def _storm_waiting(ns: NodeState, fault: FaultClass | None, now: float, cfg: PolicyConfig) -> str | None:
@@ -399,7 +403,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
     warm = seen_s >= cfg.model_warmup_s and not cold
     if cold and ns.held_since is not None:
         return ns, []  # a young window neither escalates a held node nor counts towards its resume
-    ns = _track(ns, s, i, p, anomaly, fault, rule_acts, warm, now, cfg, floors)
+    ns, above = _track(ns, s, i, p, anomaly, fault, rule_acts, warm, now, cfg, floors)
     anomaly_level = max(cfg.anomaly_alert, floors.anomaly)
     ns = _strange_run(ns, anomaly, now, anomaly_level, cfg)
     if ns.held_since is not None:                       # 1. ours already: escalate once, hold, then resume
@@ -430,7 +434,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
             _rule_decision(i, name, s, rule_action, now, explain)]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
     waiting = _storm_waiting(ns, fault, now, cfg) or (brakes.get(fault) if fault is not None else None)
-    if (warm and fault is not None and ns.above_since is not None and now - ns.above_since >= cfg.sustain_for(fault)
+    if (above and fault is not None and ns.above_since is not None
+            and now - ns.above_since >= cfg.sustain_for(fault)
             and not retried and waiting is None):       # 3. predicted failure, sustained in telemetry time
         action, follow_up = _hard(cfg, fault)
         if action in _ACTING:
