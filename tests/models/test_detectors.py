@@ -253,6 +253,19 @@ def test_node_aggregation_carries_the_worst_gpus_pcie_replay_rate():
     assert got[0] == 3.0 and np.isnan(got[1])
 
 
+def test_node_aggregation_says_whether_the_worst_gpu_was_read_this_tick():
+    x = np.zeros((4, F), np.float32)
+    x[:, col("samples_short")] = [3.0, 0.0, np.nan, 0.0]
+    batch = FeatureBatch(60.0, np.array(["a", "a", "b", "b"], object), np.array([0, 1, 0, 1], np.int16), x)
+    bundle = ModelBundle.rules_only()
+    (sc,) = score_batches(bundle, [batch])
+    sc.p_fail[:] = [0.1, 0.9, 0.9, 0.1]           # a's worst GPU is 1 (no sample), b's is 0 (count unknown)
+    ns = aggregate(batch, sc, bundle.rules)
+    assert ns.fresh.tolist() == [False, True] and not ns.is_fresh(0) and ns.is_fresh(1)
+    sc.p_fail[:] = [0.9, 0.1, 0.1, 0.9]           # now a's worst was read, b's was not
+    assert aggregate(batch, sc, bundle.rules).fresh.tolist() == [True, False]
+
+
 def test_many_ticks_scored_at_once_equal_ticks_scored_one_by_one():
     x, y = _toy(600)
     clf = FailureClassifier(FEATURE_NAMES, max_iter=10).fit(x, y, x_val=x, y_val=y)

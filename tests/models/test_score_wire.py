@@ -72,6 +72,18 @@ def test_the_predicted_gpus_pcie_rate_survives_the_round_trip_with_a_missing_cou
     assert decode_scores(encode_scores(tick()))[0].pcie_per_min is None  # a scorer that sends none: no gate
 
 
+def test_whether_the_predicted_gpu_was_read_survives_the_round_trip():
+    from dataclasses import replace
+
+    back, _, msg = decode_scores(encode_scores(replace(tick(), fresh=np.array([True, False, True]))))
+    assert msg["fresh"] == [True, False, True] and back.fresh.tolist() == [True, False, True]
+    older = decode_scores(encode_scores(tick()))[0]       # a scorer that sends none: every node fresh
+    assert older.fresh is None and older.is_fresh(1)
+    msg["fresh"] = [True]
+    with pytest.raises(ScoresFormatError, match="fresh"):
+        decode_scores(orjson.dumps(msg))
+
+
 @pytest.mark.parametrize("column, sent, wire", [
     ("sbe_of_peak", [0.41234, np.nan, 1.0], [0.4123, None, 1.0]),   # the storm's rate against its peak
     ("sbe_growth", [1.23456, np.nan, 30.0], [1.235, None, 30.0]),    # ... against its own hour before
