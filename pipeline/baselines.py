@@ -161,7 +161,9 @@ class DeficitTrend:
     constant deficit ``d`` reads ``d (1 - exp(-t / tau))`` after ``t`` seconds of busy time: a
     deep straggler shows within minutes, a shallow one only after a long spell, and one slow
     tick never does. Idle time decays it towards 0 at the same rate (an idle GPU is not slow).
-    The trend reads NaN while the GPU idles; a repaired GPU restarts at 0.
+    The trend reads NaN while the GPU idles; a repaired GPU restarts at 0. A tick without a
+    reading of the GPU (*unread*: no sample in the window) is neither: the trend neither learns
+    nor decays over it, so its level does not depend on how often the GPU is sampled.
     """
 
     def __init__(self, capacity: int, tau_s: float = TREND_TAU_S) -> None:
@@ -185,10 +187,11 @@ class DeficitTrend:
         self.updated[parts] = np.nan
 
     def update(self, parts: np.ndarray, now: float, step_s: float, deficit: np.ndarray,
-               frozen: np.ndarray | None = None) -> np.ndarray:
+               frozen: np.ndarray | None = None, unread: np.ndarray | None = None) -> np.ndarray:
         """Fold this tick's *deficit* (NaN: idle) over the *step_s* seconds ending at *now* into
         *parts*' trends; the trend per part, NaN where the part idles this tick. Parts flagged in
-        *frozen* (muted time) do not learn."""
+        *frozen* (muted time) do not learn; parts flagged in *unread* (no sample this tick) skip the
+        tick: its *step_s* seconds count neither as work nor as idle time."""
         ok = np.isfinite(deficit)
         if frozen is not None:
             ok &= ~frozen
@@ -196,5 +199,8 @@ class DeficitTrend:
         since = np.where(np.isfinite(last), np.maximum(now - last, step_s), step_s)
         new = old * np.exp(-since / self.tau_s) + (1.0 - np.exp(-step_s / self.tau_s)) * np.where(ok, deficit, 0.0)
         self.value[parts] = np.where(ok, new, old)
+        if unread is not None:  # skip the unread tick's seconds: the next reading does not decay over them
+            skip = unread & ~ok & np.isfinite(last)
+            last = np.where(skip, last + np.clip(now - last, 0.0, step_s), last)
         self.updated[parts] = np.where(ok, now, last)
         return np.where(np.isfinite(deficit), self.value[parts], np.nan)

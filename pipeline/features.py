@@ -151,7 +151,8 @@ def _build() -> tuple[tuple[str, str, str], ...]:
            "GPU beside busy ones (a node shared by several jobs) is not slow")]
     f += [("sm_clock_deficit_vs_busy_peers_trend", "ratio", "sm_clock_deficit_vs_busy_peers averaged over the GPU's "
            f"minutes of steady work (utilisation >= {STEADY_UTIL_PCT:g} %, no thermal slowdown), from 0, time constant "
-           f"{TREND_TAU_S / 60:g} min (other time decays it towards 0); NaN in any other minute. A straggler stays slow; "
+           f"{TREND_TAU_S / 60:g} min (other minutes decay it towards 0; one without a sample of the GPU is skipped); NaN "
+           "in any other minute. A straggler stays slow; "
            "a GPU at its power cap dips and comes back")]
     # ---- sixth set: whether a brake is the node's own
     f += [("other_nodes_power_brake_long_ratio", "ratio", "the most any other node (its worst GPU) was held by HW "
@@ -228,6 +229,7 @@ _BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"]
 _BRAKE_LONG, _BRAKE_RATIO = FEATURE_INDEX["throttle_hw_power_brake_frac_long"], FEATURE_INDEX["other_nodes_power_brake_long_ratio"]
 _OTHER_BRAKE_LONG = FEATURE_INDEX["other_nodes_power_brake_long"]
 _AGE, _NODE_SILENT = FEATURE_INDEX["sample_age_s"], FEATURE_INDEX["node_silent_s"]
+_SAMPLES_SHORT = FEATURE_INDEX["samples_short"]
 _BASE_FIRST = np.array([_CNT[c[0]] for _, c, _ in _BASELINE_STEMS])
 _BASE_SECOND = np.array([_CNT[c[-1]] for _, c, _ in _BASELINE_STEMS])
 _BASE_PAIR = np.array([len(c) == 2 for _, c, _ in _BASELINE_STEMS])
@@ -369,7 +371,7 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     last = gpu.last_vals[:, slots]
     f[_LAST_COLS] = _either_or_sum(last[_LAST_FIRST], last[_LAST_SECOND], _LAST_PAIR[:, None], _LAST_EITHER[:, None])
     f[FEATURE_INDEX["sample_age_s"]] = tick_end - gpu.last_ts[slots]
-    f[FEATURE_INDEX["samples_short"]] = s[0, _SAMPLES]
+    f[_SAMPLES_SHORT] = s[0, _SAMPLES]
 
     # peers: each GPU against its node's median; each node against the fleet
     per_node = np.bincount(nodes, minlength=len(gpus.nodes))  # node ids are dense: no sort needed
@@ -414,7 +416,8 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
         steady = ((own[_UTIL_MED] >= STEADY_UTIL_PCT) & ~(f[_SW_THERMAL_SHORT] >= 0.5)
                   & ~(f[_HW_THERMAL_SHORT] >= 0.5))
     f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s,
-                                               np.where(steady, f[_BUSY_DEFICIT], np.nan), frozen)
+                                               np.where(steady, f[_BUSY_DEFICIT], np.nan), frozen,
+                                               unread=f[_SAMPLES_SHORT] == 0)
 
     base = baselines.gpu
     base.ensure(gpus.n)

@@ -164,3 +164,28 @@ def test_a_trend_grows_to_hold_new_parts() -> None:
     trend = DeficitTrend(1)
     trend.ensure(5)
     assert abs(trend.update(np.array([4]), 60.0, 60.0, np.array([0.1]))[0] - 0.1 * (1 - np.exp(-0.1))) < 1e-12
+
+
+def test_a_trend_skips_a_minute_without_a_reading_so_its_level_does_not_follow_the_sampling_interval() -> None:
+    from pipeline.baselines import DeficitTrend
+
+    every, sparse = DeficitTrend(1), DeficitTrend(1)
+    p = np.array([0])
+    for k in range(1, 61):            # an hour of a GPU 12 % slower than its busy peers
+        a = every.update(p, 60.0 * k, 60.0, np.array([0.12]))[0]
+        unread = k % 3 == 0          # sampled every 90 s: every third minute holds no sample
+        b = sparse.update(p, 60.0 * k, 60.0, np.array([np.nan if unread else 0.12]), unread=np.array([unread]))[0]
+        assert np.isnan(b) == unread  # nothing to read that minute
+    read = 40                         # minutes the sparse GPU was read
+    assert abs(sparse.value[0] - 0.12 * (1 - np.exp(-read / 10))) < 1e-9   # the read minutes, none decayed
+    assert abs(a - 0.12 * (1 - np.exp(-6))) < 1e-9 and sparse.value[0] > 0.10 # both past the straggler line
+    # without the flag an unread minute decays it as idle time would: it levels off under 0.10
+    idle = DeficitTrend(1)
+    for k in range(1, 61):
+        idle.update(p, 60.0 * k, 60.0, np.array([np.nan if k % 3 == 0 else 0.12]))
+    assert idle.value[0] < 0.085
+    # a read minute of idling still decays it, unread or not before it
+    held = sparse.value[0]
+    sparse.update(p, 3660.0, 60.0, np.array([np.nan]), unread=np.array([False]))
+    after = sparse.update(p, 3720.0, 60.0, np.array([0.12]), unread=np.array([False]))[0]
+    assert after < held
