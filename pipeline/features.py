@@ -151,9 +151,8 @@ def _build() -> tuple[tuple[str, str, str], ...]:
            "GPU beside busy ones (a node shared by several jobs) is not slow")]
     f += [("sm_clock_deficit_vs_busy_peers_trend", "ratio", "sm_clock_deficit_vs_busy_peers averaged over the GPU's "
            f"minutes of steady work (utilisation >= {STEADY_UTIL_PCT:g} %, no thermal slowdown), from 0, time constant "
-           f"{TREND_TAU_S / 60:g} min (other minutes decay it towards 0; one without a sample of the GPU is skipped); NaN "
-           "in any other minute. A straggler stays slow; "
-           "a GPU at its power cap dips and comes back")]
+           f"{TREND_TAU_S / 60:g} min (other minutes decay it towards 0; one without a sample of the GPU is "
+           "skipped); NaN in any other minute. A straggler stays slow; a GPU at its power cap dips and comes back")]
     # ---- sixth set: whether a brake is the node's own
     f += [("other_nodes_power_brake_long_ratio", "ratio", "the most any other node (its worst GPU) was held by HW "
            "power brake in the long window, divided by this node's own (its worst GPU); 0 when no other node braked, "
