@@ -8,7 +8,7 @@ import pytest
 
 from models.anomaly import AnomalyDetector
 from models.base import CLASSES, FeatureMismatch, ModelNotFitted, class_index
-from models.bundle import ModelBundle
+from models.bundle import ModelBundle, ScoreBatch
 from models.classifier import FailureClassifier
 from models.labels import LabelSettings, label_rows
 from models.node_scores import aggregate, score_batches
@@ -230,36 +230,33 @@ def test_node_aggregation_takes_the_worst_gpu_and_the_first_rule():
     assert [a.value for a in ns.rule_action] == ["drain", "reset"]
 
 
-def test_node_aggregation_says_whether_the_worst_gpu_logged_corrected_errors_this_minute():
+def _two_nodes(column: str, values: list[float]) -> tuple[FeatureBatch, ScoreBatch, ModelBundle]:
+    """Nodes a and b of two GPUs each, *column* set per row, scored by the rules only; the worst GPU
+    (highest p_fail) is a's GPU 1 and b's GPU 0 until a test changes ``p_fail``."""
     x = np.zeros((4, F), np.float32)
-    x[1, col("ecc_sbe_per_h_short")] = 120.0
+    x[:, col(column)] = values
     batch = FeatureBatch(60.0, np.array(["a", "a", "b", "b"], object), np.array([0, 1, 0, 1], np.int16), x)
     bundle = ModelBundle.rules_only()
     (sc,) = score_batches(bundle, [batch])
-    sc.p_fail[:] = [0.1, 0.9, 0.9, 0.1]           # a's worst GPU is 1 (errors), b's is 0 (none)
+    sc.p_fail[:] = [0.1, 0.9, 0.9, 0.1]
+    return batch, sc, bundle
+
+
+def test_node_aggregation_says_whether_the_worst_gpu_logged_corrected_errors_this_minute():
+    batch, sc, bundle = _two_nodes("ecc_sbe_per_h_short", [0.0, 120.0, 0.0, 0.0])  # a's worst: errors; b's: none
     assert aggregate(batch, sc, bundle.rules).sbe_now.tolist() == [True, False]
-    x[2, col("ecc_sbe_per_h_short")] = np.nan        # b's worst GPU reports no ECC counter: unknown, not quiet
+    batch.x[2, col("ecc_sbe_per_h_short")] = np.nan  # b's worst GPU reports no ECC counter: unknown, not quiet
     assert aggregate(batch, sc, bundle.rules).sbe_now.tolist() == [True, True]
 
 
 def test_node_aggregation_carries_the_worst_gpus_pcie_replay_rate():
-    x = np.zeros((4, F), np.float32)
-    x[:, col("pcie_replay_per_min_short")] = [40.0, 3.0, np.nan, 20.0]
-    batch = FeatureBatch(60.0, np.array(["a", "a", "b", "b"], object), np.array([0, 1, 0, 1], np.int16), x)
-    bundle = ModelBundle.rules_only()
-    (sc,) = score_batches(bundle, [batch])
-    sc.p_fail[:] = [0.1, 0.9, 0.9, 0.1]           # a's worst GPU is 1 (3 per minute), b's is 0 (no reading)
+    batch, sc, bundle = _two_nodes("pcie_replay_per_min_short", [40.0, 3.0, np.nan, 20.0])  # b's worst: no reading
     got = aggregate(batch, sc, bundle.rules).pcie_per_min
     assert got[0] == 3.0 and np.isnan(got[1])
 
 
 def test_node_aggregation_says_whether_the_worst_gpu_was_read_this_tick():
-    x = np.zeros((4, F), np.float32)
-    x[:, col("samples_short")] = [3.0, 0.0, np.nan, 0.0]
-    batch = FeatureBatch(60.0, np.array(["a", "a", "b", "b"], object), np.array([0, 1, 0, 1], np.int16), x)
-    bundle = ModelBundle.rules_only()
-    (sc,) = score_batches(bundle, [batch])
-    sc.p_fail[:] = [0.1, 0.9, 0.9, 0.1]           # a's worst GPU is 1 (no sample), b's is 0 (count unknown)
+    batch, sc, bundle = _two_nodes("samples_short", [3.0, 0.0, np.nan, 0.0])  # a's worst: no sample; b's: unknown
     ns = aggregate(batch, sc, bundle.rules)
     assert ns.fresh.tolist() == [False, True] and not ns.is_fresh(0) and ns.is_fresh(1)
     sc.p_fail[:] = [0.9, 0.1, 0.1, 0.9]           # now a's worst was read, b's was not
