@@ -61,16 +61,14 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
         "sbe_now": None if ns.sbe_now is None else ns.sbe_now.astype(bool).tolist(),
         "reasons": {k: dict(v) for k, v in (reasons or {}).items()},
     }
-    if ns.cold is not None:
-        msg["cold"] = np.asarray(ns.cold, bool).tolist()
+    for c in ("cold", "rule_vetoed", "fresh"):  # optional flags: absent when the scorer knows none
+        v = getattr(ns, c)
+        if v is not None:
+            msg[c] = np.asarray(v, bool).tolist()
     for c, nd in (("pcie_per_min", 3), ("sbe_of_peak", 4), ("sbe_growth", 3)):  # NaN (not known) as null
         v = getattr(ns, c)
         if v is not None:
             msg[c] = [None if x != x else x for x in np.round(v.astype(float), nd).tolist()]
-    if ns.rule_vetoed is not None:
-        msg["rule_vetoed"] = np.asarray(ns.rule_vetoed, bool).tolist()
-    if ns.fresh is not None:
-        msg["fresh"] = np.asarray(ns.fresh, bool).tolist()
     if extra:
         msg.update({k: v for k, v in extra.items() if k not in msg})
     return orjson.dumps(msg)
@@ -102,12 +100,10 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             np.array([FollowUp(f) if f is not None else None for f in m["rule_follow_up"]], object),
             np.array(m["anomaly"], float), idx,
             None if m.get("anomaly_gpu") is None else np.array(m["anomaly_gpu"], int),
-            cold=None if m.get("cold") is None else np.array(m["cold"], bool),
-            sbe_now=None if m.get("sbe_now") is None else np.array(m["sbe_now"], bool),
+            cold=_bools(m.get("cold")), sbe_now=_bools(m.get("sbe_now")),
             pcie_per_min=_floats(m.get("pcie_per_min")), sbe_of_peak=_floats(m.get("sbe_of_peak")),
-            rule_vetoed=None if m.get("rule_vetoed") is None else np.array(m["rule_vetoed"], bool),
-            sbe_growth=_floats(m.get("sbe_growth")),
-            fresh=None if m.get("fresh") is None else np.array(m["fresh"], bool))
+            rule_vetoed=_bools(m.get("rule_vetoed")), sbe_growth=_floats(m.get("sbe_growth")),
+            fresh=_bools(m.get("fresh")))
         # optional: absent (an older scorer) is None, never short
         for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth", "fresh"):
             v = getattr(ns, c)
@@ -145,6 +141,11 @@ def _from_scores(ns: NodeScores, i: int, source: str) -> str:
         where = f"GPU {ns.rule_gpu[i]}" if ns.rule_gpu[i] >= 0 else "the node"
         return f"rule {ns.rule[i]} ({fault.value if fault else 'unknown'}) fired on {where}{none}"
     return f"{source}{none}"
+
+
+def _bools(values: list | None) -> np.ndarray | None:
+    """An optional flag column: None when absent (an older scorer)."""
+    return None if values is None else np.array(values, bool)
 
 
 def _floats(values: list | None) -> np.ndarray | None:

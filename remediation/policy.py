@@ -306,9 +306,7 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
     high = fault is not None and p >= cfg.corroborate_threshold
     # a tick without a reading of the GPU is silence: its probability under the line ends no run (FR)
     keep = cfg.stale_tick_keeps_prediction and not s.is_fresh(i)
-    above_since = (ns.above_since if ns.above_since is not None else now) if above else \
-        (ns.above_since if keep else None)
-    high_since = (ns.high_since if ns.high_since is not None else now) if high else (ns.high_since if keep else None)
+    above_since, high_since = _run_start(ns.above_since, above, keep, now), _run_start(ns.high_since, high, keep, now)
     window = cfg.corroborate_window_s                # second signals older than this are forgotten
     anomaly_at = now if anomaly >= cfg.corroborate_anomaly else _recent(ns.anomaly_at, now, window)
     rule_at, rule_fault = ns.rule_signal_at, ns.rule_signal_fault
@@ -325,6 +323,14 @@ def _track(ns: NodeState, s: NodeScores, i: int, p: float, anomaly: float, fault
                    rule_signal_at=rule_at, rule_signal_fault=rule_fault, sbe_at=sbe_at, pcie_at=pcie_at,
                    pcie_quiet_at=pcie_quiet_at, storm_ratio=storm_ratio, storm_at=storm_at, storm_growth=storm_growth,
                    growth_at=growth_at), above
+
+
+def _run_start(since: float | None, on: bool, keep: bool, now: float) -> float | None:
+    """When a run of ticks above a line began, after this tick: it goes on (or starts now) on a tick above the
+    line; a tick under it ends the run unless *keep* (a tick without a reading, which ends nothing)."""
+    if on:
+        return since if since is not None else now
+    return since if keep else None
 
 
 def _storm_waiting(ns: NodeState, fault: FaultClass | None, now: float, cfg: PolicyConfig) -> str | None:
