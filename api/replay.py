@@ -31,10 +31,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from api.replay_maintenance import MaintenanceSchedule, Suppressed, by_cause
 from collector.recording import RecordingError, RecordingWindow, open_recording
-from collector.schema import RecordType
+from collector.schema import Action, RecordType
 from models.bundle import ModelBundle, ScoreBatch
 from models.explainer import Explainer
-from models.node_scores import aggregate, score_batches
+from models.node_scores import NodeScores, aggregate, score_batches
 from pipeline.batch import FeatureBatch
 from pipeline.recordings import RECORDING_COLUMNS
 from pipeline.settings import PipelineSettings
@@ -107,6 +107,8 @@ class ReplayResult:
     alternatives: dict[str, PolicyRun] = field(default_factory=dict)
     #: the model policy's false-action budget at the end (:func:`remediation.budget.report`)
     budget: dict[str, Any] = field(default_factory=dict)
+    #: resumes of a node that had a lost GPU at that tick (NodeScores.gpus_lost), model policy and rules-only
+    resumed_with_gpu_lost: list[int] = field(default_factory=lambda: [0, 0])
 
 
 class TelemetryClock:
@@ -218,7 +220,8 @@ class Replayer:
                         "maintenance_windows": len(self.maintenance),
                         "suppressed_by_cause": by_cause(result.suppressed),
                         "baseline_suppressed_by_cause": by_cause(result.baseline_suppressed),
-                        "not_replayed_before_first_gpu_sample": dict(before_gpu)}
+                        "not_replayed_before_first_gpu_sample": dict(before_gpu),
+                        "resumed_with_gpu_lost": dict(zip(("model", "rules_baseline"), result.resumed_with_gpu_lost))}
         return result
 
     def _decide(self, batches: list[FeatureBatch], states: list[PolicyState], result: ReplayResult) -> None:
@@ -243,11 +246,14 @@ class Replayer:
                         engine.on_operator_event(ev)
                     result.actions.extend(engine.tick(ns, explain))
                     out.extend(engine.last_decisions)
+                    result.resumed_with_gpu_lost[0] += _resumed_with_gpu_lost(engine.last_decisions, ns)
                     continue
                 d, after = decide(ns, states[k], batch.ts, cfg, explain)
                 d, held, states[k] = maint.hold_back(d, states[k], after, batch.ts)
                 out.extend(d)
                 held_back.extend(held)
+                if k < 2:
+                    result.resumed_with_gpu_lost[k] += _resumed_with_gpu_lost(d, ns)
             if self.trace is not None:
                 decided.append(result.decisions[first:])
         self.clock.cpu["policy"] += time.process_time() - c1
@@ -374,3 +380,12 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
             acts = Counter(d["action"] for d in alt["decisions"])
             out.setdefault("alternatives", {})[name] = {"decisions": len(alt["decisions"]), "actions": dict(acts)}
     return out
+
+
+def _resumed_with_gpu_lost(decisions: Sequence[Decision], ns: NodeScores) -> int:
+    """How many of one tick's *decisions* resume a node with a lost GPU in that tick's scores."""
+    resumed = [d.node for d in decisions if d.action is Action.RESUME]
+    if not resumed or ns.gpus_lost is None:
+        return 0
+    at = {str(n): i for i, n in enumerate(ns.node)}
+    return sum(1 for n in resumed if n in at and ns.lost_gpus(at[n]) > 0)

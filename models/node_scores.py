@@ -68,6 +68,9 @@ class NodeScores:
     #: not known). A tick without one is silence, not a reading: under PolicyConfig.stale_tick_keeps_prediction its
     #: probability does not end a prediction. None: every node is fresh
     fresh: np.ndarray | None = None
+    #: per node: how many of its GPUs had a reading once but none for the pipeline's retain_silent_s (a GPU off the
+    #: bus); under PolicyConfig.resume_needs_every_gpu a held node is not resumed while any is. None: not known
+    gpus_lost: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.node)
@@ -83,6 +86,10 @@ class NodeScores:
     def is_fresh(self, i: int) -> bool:
         """Whether node *i*'s most likely GPU was read in this tick's short window (see ``fresh``)."""
         return self.fresh is None or bool(self.fresh[i])
+
+    def lost_gpus(self, i: int) -> int:
+        """How many GPUs of node *i* are lost (see ``gpus_lost``; 0 when not known)."""
+        return 0 if self.gpus_lost is None else int(self.gpus_lost[i])
 
     def fault_class(self, i: int) -> FaultClass | None:
         """The model's fault class for node *i* (None when the models name none)."""
@@ -102,6 +109,8 @@ SBE_OF_PEAK = "ecc_sbe_10m_of_peak"
 SBE_GROWTH = "ecc_sbe_10m_growth"
 #: the feature behind ``NodeScores.fresh``: the GPU's samples in the short window
 SAMPLES_NOW = "samples_short"
+#: the feature behind ``NodeScores.gpus_lost`` (the same on every row of a node)
+GPUS_LOST = "node_gpus_lost"
 
 
 def score_batches(bundle: ModelBundle, batches: Sequence[FeatureBatch]) -> list[ScoreBatch]:
@@ -147,6 +156,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     storm = batch.column(SBE_OF_PEAK)[row].astype(np.float64) if SBE_OF_PEAK in batch.names else None
     growth = batch.column(SBE_GROWTH)[row].astype(np.float64) if SBE_GROWTH in batch.names else None
     fresh = ~(batch.column(SAMPLES_NOW)[row] <= 0) if SAMPLES_NOW in batch.names else None  # NaN (not known): True
+    lost = np.nan_to_num(batch.column(GPUS_LOST)[starts]).astype(int) if GPUS_LOST in batch.names else None
     vetoed = None
     if scores.rule_vetoed is not None:
         acting = np.array([r.action.acts for r in rules.rules] + [False])
@@ -155,4 +165,4 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe,
                       pcie_per_min=pcie, sbe_of_peak=storm, rule_vetoed=vetoed, sbe_growth=growth,
-                      fresh=fresh)
+                      fresh=fresh, gpus_lost=lost)

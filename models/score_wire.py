@@ -69,6 +69,8 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
         v = getattr(ns, c)
         if v is not None:
             msg[c] = [None if x != x else x for x in np.round(v.astype(float), nd).tolist()]
+    if ns.gpus_lost is not None:  # optional count: absent when the scorer knows none
+        msg["gpus_lost"] = np.asarray(ns.gpus_lost, int).tolist()
     if extra:
         msg.update({k: v for k, v in extra.items() if k not in msg})
     return orjson.dumps(msg)
@@ -103,9 +105,10 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             cold=_bools(m.get("cold")), sbe_now=_bools(m.get("sbe_now")),
             pcie_per_min=_floats(m.get("pcie_per_min")), sbe_of_peak=_floats(m.get("sbe_of_peak")),
             rule_vetoed=_bools(m.get("rule_vetoed")), sbe_growth=_floats(m.get("sbe_growth")),
-            fresh=_bools(m.get("fresh")))
+            fresh=_bools(m.get("fresh")),
+            gpus_lost=None if m.get("gpus_lost") is None else np.array(m["gpus_lost"], int))
         # optional: absent (an older scorer) is None, never short
-        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth", "fresh"):
+        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth", "fresh", "gpus_lost"):
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")

@@ -172,6 +172,10 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     f += [("ecc_sbe_10m_growth", "ratio", "ecc_sbe_per_h_10m over this GPU's corrected-error rate in the hour before "
            "it (ending 10-20 min ago; floored at 1 per hour): about 1 for a storm that holds its rate, above 1 for "
            "errors that grow; NaN when the 10-minute rate is, or that hour holds under 30 min of exposure")]
+    # ---- tenth set: a GPU lost from its node (what a held node waits for before it is resumed)
+    f += [("node_gpus_lost", "count", "GPUs of the node that have had a reading (a sample with a value; a row of "
+           "nulls is none) but none for retain_silent_s: a GPU off the bus sends no row through NVML, or rows of "
+           "nulls from an exporter")]
     return tuple(f)
 
 
@@ -228,7 +232,7 @@ _BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"]
 _BRAKE_LONG, _BRAKE_RATIO = FEATURE_INDEX["throttle_hw_power_brake_frac_long"], FEATURE_INDEX["other_nodes_power_brake_long_ratio"]
 _OTHER_BRAKE_LONG = FEATURE_INDEX["other_nodes_power_brake_long"]
 _AGE, _NODE_SILENT = FEATURE_INDEX["sample_age_s"], FEATURE_INDEX["node_silent_s"]
-_SAMPLES_SHORT = FEATURE_INDEX["samples_short"]
+_SAMPLES_SHORT, _NODE_LOST = FEATURE_INDEX["samples_short"], FEATURE_INDEX["node_gpus_lost"]
 _BASE_FIRST = np.array([_CNT[c[0]] for _, c, _ in _BASELINE_STEMS])
 _BASE_SECOND = np.array([_CNT[c[-1]] for _, c, _ in _BASELINE_STEMS])
 _BASE_PAIR = np.array([len(c) == 2 for _, c, _ in _BASELINE_STEMS])
@@ -321,7 +325,7 @@ def _either_or_sum(first: np.ndarray, second: np.ndarray, pair: np.ndarray, eith
 def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: NodeXidState,
                      gpus: GpuRegistry, port_reg: PortRegistry, slots: np.ndarray, tick_end: float,
                      n_short: int, baselines: PartBaselines | None = None, muted: np.ndarray | None = None,
-                     node_bmc: NodeBmcState | None = None) -> np.ndarray:
+                     node_bmc: NodeBmcState | None = None, lost_after_s: float = np.inf) -> np.ndarray:
     """Feature matrix (len(slots), len(FEATURE_NAMES)) float32 for *slots* at *tick_end*.
 
     Each group of features is computed for both windows and every gauge, counter or class
@@ -333,7 +337,8 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     without them (a one-off computation) every part is compared with the prior alone. The
     baselines of the GPUs and ports of nodes flagged in *muted* (per node id: silenced or
     under maintenance this tick) are read but frozen, not updated.
-    Without *node_bmc* the BMC features are NaN (no BMC data).
+    Without *node_bmc* the BMC features are NaN (no BMC data). A GPU whose last reading is
+    *lost_after_s* or more old is lost (``node_gpus_lost``; never, by default).
     """
     baselines = baselines if baselines is not None else PartBaselines(gpus.n, port_reg.n)
     r = len(slots)
@@ -408,6 +413,10 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     node_age = np.full(n_scored, np.inf)
     np.minimum.at(node_age, grp, f[_AGE])
     f[_NODE_SILENT] = node_age[grp]
+    read = gpu.last_read[: gpus.n]
+    with np.errstate(invalid="ignore"):
+        lost = tick_end - read >= lost_after_s  # NaN (never read): not lost
+    f[_NODE_LOST] = np.bincount(gpus.slot_node[: gpus.n][lost], minlength=len(gpus.nodes))[nodes]
 
     frozen = None if muted is None else muted[nodes]
     baselines.clock.ensure(gpus.n)

@@ -44,7 +44,8 @@ class PipelineSettings(BaseSettings):
         600.0, ge=0,
         description="A GPU that stops reporting is still scored for this many seconds "
         "(feature sample_age_s grows), because going silent is itself the symptom of a GPU "
-        "that fell off the bus. 10 min, then its row is dropped until it reports again.")
+        "that fell off the bus. 10 min, then its row is dropped until it reports again; a GPU with no "
+        "reading this long counts in its node's node_gpus_lost.")
     max_gpus_per_node: int = Field(
         64, gt=0, le=1024,
         description="Largest accepted GPU index + 1 on one node; a sample with a larger index "

@@ -104,13 +104,17 @@ class GpuWindowState:
         self.ring = Ring(n_buckets, capacity, N_STATS, _RING_PARTS)
         self.last_ts = np.full(capacity, np.nan)
         self.last_seen = np.full(capacity, -np.inf)
+        #: time of each slot's latest *reading*: a sample with at least one gauge value (a row of nulls, as an
+        #: exporter may write for a GPU it lost, is not one); NaN before the first
+        self.last_read = np.full(capacity, np.nan)
         self.last_vals = np.full((len(GPU_VALUE_COLUMNS), capacity), np.nan)
         self.duplicates = 0
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the state arrays (bounded by capacity, not by stream length)."""
-        return self.ring.nbytes + self.last_ts.nbytes + self.last_seen.nbytes + self.last_vals.nbytes
+        return (self.ring.nbytes + self.last_ts.nbytes + self.last_seen.nbytes + self.last_read.nbytes
+                + self.last_vals.nbytes)
 
     def ensure(self, capacity: int) -> None:
         """Make room for slots ``< capacity``."""
@@ -120,6 +124,7 @@ class GpuWindowState:
         cap = self.ring.capacity
         self.last_ts = _pad(self.last_ts, cap, np.nan)
         self.last_seen = _pad(self.last_seen, cap, -np.inf)
+        self.last_read = _pad(self.last_read, cap, np.nan)
         self.last_vals = _pad(self.last_vals, cap, np.nan)
 
     def update(self, rows: GpuRows) -> None:
@@ -231,9 +236,10 @@ class GpuWindowState:
         sums = np.add.reduceat(w[:at], starts, axis=1)  # (row, cell)
 
         last = last_rows(first)
+        read = np.maximum.reduceat(np.where(ok.any(axis=0), ts, -np.inf), first_at)  # -inf: no reading
         return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 1)),
                       ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1),
-                                          group_flags(reset, first_at)), (0, 0, 1, 0)),
+                                          group_flags(reset, first_at), read), (0, 0, 1, 0, 0)),
                       stat_rows)
 
     def apply(self, folded: Folded, k: int) -> np.ndarray:
@@ -241,10 +247,11 @@ class GpuWindowState:
         whose GPU was reset or replaced in that tick."""
         slot, b, sums = folded.cells.of(k)
         self.ring.add_cells(slot, b, sums[folded.stat_rows].T)
-        ls, ts, vals, repaired = folded.lasts.of(k)
+        ls, ts, vals, repaired, read = folded.lasts.of(k)
         self.last_ts[ls] = ts
         self.last_vals[:, ls] = vals
         self.last_seen[ls] = np.maximum(self.last_seen[ls], ts)
+        self.last_read[ls] = np.fmax(self.last_read[ls], np.where(np.isfinite(read), read, np.nan))  # ls: unique
         return ls[repaired]
 
     def add_xids(self, slots: np.ndarray, ts: np.ndarray, codes: np.ndarray) -> None:

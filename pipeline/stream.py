@@ -245,7 +245,8 @@ class FeaturePipeline:
             x = np.zeros((0, len(FEATURE_NAMES)), np.float32)
         else:
             x = compute_features(self.gpu_state, self.port_state, self.node_xids, self.keys.gpus, self.keys.ports,
-                                 slots, tick_end, s.n_short_buckets, self.baselines, muted, self.node_bmc)
+                                 slots, tick_end, s.n_short_buckets, self.baselines, muted, self.node_bmc,
+                                 s.retain_silent_s)
         gpus = self.keys.gpus
         return FeatureBatch(tick_end, self.keys.node_names()[gpus.slot_node[slots]], gpus.slot_gpu[slots].copy(), x)
 

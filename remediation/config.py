@@ -149,6 +149,15 @@ class PolicyConfig(BaseModel):
         1800.0, ge=0, description="...and only after its scores stayed below clear_threshold this long, s.")
     clear_threshold: float = Field(
         0.1, ge=0, le=1, description="Probability (0-1) under which a held node counts as healthy again.")
+    resume_needs_every_gpu: bool = Field(
+        True,
+        description="A held node counts as healthy only while every GPU it has reported from reads again "
+        "(NodeScores.gpus_lost 0): a GPU with no reading for the pipeline's retain_silent_s is lost, not healthy. "
+        "After XID 79 the lost GPU is the failed part, and the GPUs that still report read healthy: without this "
+        "a node drained for a GPU off the bus was resumed at min_hold_s with the GPU still gone (all six such "
+        "nodes of a tuning world in the collector's form, bench/results/robustness.md, candidate LG). Its "
+        "healthy time starts when the GPU reads again. A GPU removed for good keeps its node held until a "
+        "person resumes it.")
     model_retry_window_s: float = Field(
         86400.0, ge=0,
         description="After gpuops acted on a node on a *prediction* and the node came back healthy, further "

@@ -8,7 +8,8 @@ Every decision carries its :class:`~collector.schema.Grade`:
 
 1. a node gpuops already drained or reset is *held*: no new action, and it is
    resumed (ADVISORY) once it has been out ``min_hold_s`` and healthy for
-   ``resume_after_s``; a node held on a prediction alone is escalated once to the
+   ``resume_after_s`` — every GPU it has reported from reading again (``resume_needs_every_gpu``:
+   a GPU gone silent is not a healthy one); a node held on a prediction alone is escalated once to the
    fault's hard action when the prediction becomes corroborated (see 3); a node held
    on a prediction whose failure then arrives (an acting rule: a fatal XID, a hard
    threshold) takes the rule's action and follow-up once, CERTAIN — the catalogue's
@@ -426,7 +427,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                 return replace(ns, held_grade=Grade.CORROBORATED, healthy_since=None), [
                     Decision(now, name, int(s.gpu[i]), action, fault, p, f"{explain(i, 'model')}; corroborated: {why}",
                              "model", Grade.CORROBORATED, follow_up)]
-        healthy = rule < 0 and p < cfg.clear_threshold and not (cfg.vetoed_rule_keeps_hold and s.has_vetoed_rule(i))
+        healthy = (rule < 0 and p < cfg.clear_threshold and not (cfg.vetoed_rule_keeps_hold and s.has_vetoed_rule(i))
+                   and not (cfg.resume_needs_every_gpu and s.lost_gpus(i)))  # a lost GPU is not a healthy one
         since = (ns.healthy_since if ns.healthy_since is not None else now) if healthy else None
         if since is not None and now - ns.held_since >= cfg.min_hold_s and now - since >= cfg.resume_after_s:
             reason = f"healthy for {(now - since) / 60:.0f} min after gpuops took it out"

@@ -137,3 +137,27 @@ def test_an_observer_sees_every_scored_tick_with_the_scores_the_decisions_came_f
     assert ts == sorted(ts) and len(ts) == result.stats["ticks"]
     assert all(rows == scores > 0 for _, rows, scores in seen)
     assert result.decisions == Replayer(bundle, PolicyConfig()).run(small_recording).decisions  # it only watches
+
+
+def test_a_node_drained_for_a_gpu_off_the_bus_is_not_resumed_while_the_gpu_sends_nothing(small_recording, bundle,
+                                                                                       tmp_path):
+    """The collector's form of a lost GPU: no row at all (the simulator writes rows of nulls). Without
+    resume_needs_every_gpu the drained node came back at min_hold_s with its GPU still gone."""
+    import shutil
+
+    import pandas as pd
+
+    lost = tmp_path / "lost"
+    shutil.copytree(small_recording, lost)
+    g = pd.read_parquet(lost / "gpu.parquet")
+    values = [c for c in g.columns if c not in ("ts", "node", "gpu", "gpu_uuid", "pci_bus_id")]
+    nulls = g[values].isna().all(axis=1)
+    gone = g[nulls].groupby(["node", "gpu"]).ts.agg(["min", "max"])
+    assert len(gone) >= 1                                        # the recording has a GPU off the bus
+    g[~nulls].to_parquet(lost / "gpu.parquet", index=False)
+    before = Replayer(bundle, PolicyConfig(resume_needs_every_gpu=False)).run(lost)
+    assert before.stats["resumed_with_gpu_lost"]["model"] >= 1
+    after = Replayer(bundle, PolicyConfig()).run(lost)
+    assert after.stats["resumed_with_gpu_lost"] == {"model": 0, "rules_baseline": 0}
+    for (node, _), (_, back) in gone.iterrows():
+        assert all(d.ts >= back for d in after.decisions if d.node == node and d.action.value == "resume")

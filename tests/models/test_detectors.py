@@ -263,6 +263,12 @@ def test_node_aggregation_says_whether_the_worst_gpu_was_read_this_tick():
     assert aggregate(batch, sc, bundle.rules).fresh.tolist() == [True, False]
 
 
+def test_node_aggregation_carries_how_many_gpus_the_node_has_lost():
+    batch, sc, bundle = _two_nodes("node_gpus_lost", [0.0, 0.0, 1.0, 1.0])  # a node feature: one value per node
+    ns = aggregate(batch, sc, bundle.rules)
+    assert ns.gpus_lost.tolist() == [0, 1] and ns.lost_gpus(0) == 0 and ns.lost_gpus(1) == 1
+
+
 def test_many_ticks_scored_at_once_equal_ticks_scored_one_by_one():
     x, y = _toy(600)
     clf = FailureClassifier(FEATURE_NAMES, max_iter=10).fit(x, y, x_val=x, y_val=y)

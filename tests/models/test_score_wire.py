@@ -84,6 +84,18 @@ def test_whether_the_predicted_gpu_was_read_survives_the_round_trip():
         decode_scores(orjson.dumps(msg))
 
 
+def test_how_many_gpus_a_node_has_lost_survives_the_round_trip():
+    from dataclasses import replace
+
+    back, _, msg = decode_scores(encode_scores(replace(tick(), gpus_lost=np.array([0, 2, 0]))))
+    assert msg["gpus_lost"] == [0, 2, 0] and back.gpus_lost.tolist() == [0, 2, 0] and back.lost_gpus(1) == 2
+    older = decode_scores(encode_scores(tick()))[0]       # a scorer that sends none: no GPU known lost
+    assert older.gpus_lost is None and older.lost_gpus(1) == 0
+    msg["gpus_lost"] = [0]
+    with pytest.raises(ScoresFormatError, match="gpus_lost"):
+        decode_scores(orjson.dumps(msg))
+
+
 @pytest.mark.parametrize("column, sent, wire", [
     ("sbe_of_peak", [0.41234, np.nan, 1.0], [0.4123, None, 1.0]),   # the storm's rate against its peak
     ("sbe_growth", [1.23456, np.nan, 30.0], [1.235, None, 30.0]),    # ... against its own hour before

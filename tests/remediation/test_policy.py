@@ -138,6 +138,24 @@ def test_a_held_node_whose_rule_is_only_vetoed_stays_held_when_configured(keeps)
     assert actions == ([(1500.0, Action.RESUME)] if keeps else [(600.0, Action.RESUME)])
 
 
+@pytest.mark.parametrize("needs_every_gpu", [False, True])
+def test_a_held_node_with_a_lost_gpu_is_not_resumed_until_it_reads_again(needs_every_gpu):
+    """Drained on XID 79, the GPUs still reporting read healthy while the lost one is gone for 20 minutes: with
+    resume_needs_every_gpu the node is resumed only once it reads again and has stayed healthy resume_after_s."""
+    from dataclasses import replace
+
+    cfg = CFG.model_copy(update={"resume_needs_every_gpu": needs_every_gpu})
+    st = PolicyState()
+    d, st = decide(scores(rule=(0,), rule_fault=("gpu_off_bus",), rule_action=(Action.DRAIN,)), st, 0.0, cfg, explain)
+    assert d[0].action is Action.DRAIN
+    actions = []
+    for t in range(60, 2400, 60):
+        s = replace(scores(p=(0.01,)), gpus_lost=np.array([1 if t < 1200 else 0]))
+        d, st = decide(s, st, float(t), cfg, explain)
+        actions += [(x.ts, x.action) for x in d]
+    assert actions == ([(1500.0, Action.RESUME)] if needs_every_gpu else [(600.0, Action.RESUME)])
+
+
 def test_a_prediction_that_stays_above_the_alert_level_alerts_once():
     st = PolicyState()
     out = []
