@@ -201,7 +201,8 @@ def by_class(rows: list[dict]) -> str:
 
 def budget_table(rows: list[dict]) -> str:
     """The false-action budget per group: prediction holds by outcome, against the truth (a hold that ended
-    healthy although its failure was real counts against the budget by mistake), and what it braked."""
+    healthy although its failure was real counts against the budget by mistake), what it braked, and the nodes
+    resumed while a GPU of theirs was lost (model / rules only; 0 since candidate LG)."""
     groups: dict[str, dict[str, int]] = {}
     braked: dict[str, list[str]] = {}
     for r in rows:
@@ -211,14 +212,18 @@ def budget_table(rows: list[dict]) -> str:
             for k, n in c.items():
                 g[k] = g.get(k, 0) + n
         g["braked_alerts"] = g.get("braked_alerts", 0) + fb.get("braked_alerts", 0)
+        lost = (r.get("stats") or {}).get("resumed_with_gpu_lost") or {}
+        for who in ("model", "rules_baseline"):
+            g[f"lost_{who}"] = g.get(f"lost_{who}", 0) + lost.get(who, 0)
         if fb.get("braked_at_end"):
             braked.setdefault(r["group"], []).append(f"{r['name']}: {', '.join(fb['braked_at_end'])}")
     out = ["| group | holds ended healthy (false / true failure) | holds came true (false / true failure) | "
-           "predictions braked to alerts | braked at the end |", "|---|---|---|---|---|"]
+           "predictions braked to alerts | braked at the end | resumed with a GPU lost (model / rules) |",
+           "|---|---|---|---|---|---|"]
     for grp, g in groups.items():
         out.append(f"| {grp} | {g.get('unconfirmed_false', 0)} / {g.get('unconfirmed_true', 0)} | "
                    f"{g.get('confirmed_false', 0)} / {g.get('confirmed_true', 0)} | {g['braked_alerts']} | "
-                   f"{'; '.join(braked.get(grp, [])) or '-'} |")
+                   f"{'; '.join(braked.get(grp, [])) or '-'} | {g['lost_model']} / {g['lost_rules_baseline']} |")
     return "\n".join(out)
 
 
