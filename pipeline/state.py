@@ -236,7 +236,10 @@ class GpuWindowState:
         sums = np.add.reduceat(w[:at], starts, axis=1)  # (row, cell)
 
         last = last_rows(first)
-        read = np.maximum.reduceat(np.where(ok.any(axis=0), ts, -np.inf), first_at)  # -inf: no reading
+        if some.all():  # every gauge misses a value somewhere: find the rows that carry one (-inf: none)
+            read = np.maximum.reduceat(np.where(ok.any(axis=0), ts, -np.inf), first_at)
+        else:           # a gauge with a value in every row: each group's last row is its last reading
+            read = ts[last]
         return Folded(ByTick(tick[starts], (slot[starts], b[starts], sums), (0, 0, 1)),
                       ByTick(tick[last], (slot[last], ts[last], np.take(rows.vals, order[last], axis=1),
                                           group_flags(reset, first_at), read), (0, 0, 1, 0, 0)),

@@ -215,20 +215,23 @@ def test_a_node_is_silent_only_when_every_gpu_of_it_has_stopped() -> None:
     assert (f.loc["gpu-node-000"] == 10.0).all()        # one GPU off the bus: its node still reports
 
 
-def test_a_gpu_without_a_reading_for_retain_silent_s_is_lost_to_its_node_until_it_reads_again() -> None:
+@pytest.mark.parametrize("nulls", [False, True])
+def test_a_gpu_without_a_reading_for_retain_silent_s_is_lost_to_its_node_until_it_reads_again(nulls) -> None:
     fleet = Fleet(nodes=3, gpus=4, samples=24 * 6, interval_s=10.0)   # 24 minutes at 10 s
     g = gpu_frame(fleet)
     gone = (g.ts >= T0 + 100) & (g.ts < T0 + 1200)
     g = g[~(gone & (g.node == "gpu-node-000") & (g.gpu == 3))]         # the collector's form: no row
     values = [c for c in g.columns if c not in ("ts", "node", "gpu", "gpu_uuid", "pci_bus_id")]
-    g.loc[gone & (g.node == "gpu-node-001") & (g.gpu == 2), values] = np.nan  # an exporter's: rows of nulls
-    g.loc[(g.node == "gpu-node-002") & (g.gpu == 1), values] = np.nan     # never read at all: nothing to lose
+    if nulls:
+        g.loc[gone & (g.node == "gpu-node-001") & (g.gpu == 2), values] = np.nan  # an exporter's: rows of nulls
+        g.loc[(g.node == "gpu-node-002") & (g.gpu == 1), values] = np.nan     # never read at all: nothing to lose
     frames = run(g)
     lost = {t: frames[t].groupby("node")["node_gpus_lost"].agg(["min", "max"]) for t in (T0 + 660, T0 + 720,
                                                                                          T0 + 1140, T0 + 1260)}
     assert (lost[T0 + 660].values == 0).all()                       # 570 s without a reading: not yet
     for t in (T0 + 720, T0 + 1140):                                  # 600 s and more: on every row of its node
-        assert lost[t].to_dict("index") == {"gpu-node-000": {"min": 1, "max": 1}, "gpu-node-001": {"min": 1, "max": 1},
+        assert lost[t].to_dict("index") == {"gpu-node-000": {"min": 1, "max": 1},
+                                            "gpu-node-001": {"min": int(nulls), "max": int(nulls)},
                                             "gpu-node-002": {"min": 0, "max": 0}}
     assert 3 not in set(frames[T0 + 1140].query("node == 'gpu-node-000'").gpu)  # its row is gone; its node counts it
     assert (lost[T0 + 1260].values == 0).all()                      # it reads again
