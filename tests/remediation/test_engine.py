@@ -307,6 +307,26 @@ def test_a_held_node_is_resumed_after_clean_telemetry_and_only_its_own_drain(sto
     assert not cluster.status("n00000").drained and "n00000" not in e.holds
 
 
+def test_a_node_whose_gpu_is_gone_for_good_stays_held_until_a_person_forces_its_resume(store):
+    from dataclasses import replace
+
+    clock, cluster = Clock(), Cluster()
+    e = engine(store, clock, cluster, armed=True)
+    e.tick(fleet(2, clock.t, rule_nodes=[0], rule_fault="gpu_off_bus"), explain)   # XID 79: drained
+    resumed = []
+    for _ in range(40):                         # the other GPUs read healthy; the lost one never comes back
+        clock.t += 60
+        scores = replace(fleet(2, clock.t), gpus_lost=np.array([1, 0]))
+        resumed += [r for r in e.tick(scores, explain) if r.kind is ActionKind.RESUME]
+    assert resumed == [] and "n00000" in e.holds
+    plain = e.request(ActionKind.RESUME, "n00000", "GPU 3 pulled for RMA", "operator:fay", dry_run=False)
+    assert plain.state is ActionState.REJECTED and "clean telemetry" in store.history(plain.id)[-1]["note"]
+    clock.t += 60                                # a retry within the minute is the same request
+    forced = e.request(ActionKind.RESUME, "n00000", "GPU 3 pulled for RMA", "operator:fay", dry_run=False,
+                       force=True)
+    assert forced.state is ActionState.SUCCEEDED and not cluster.status("n00000").drained
+
+
 def test_an_operator_request_is_a_dry_run_unless_asked_and_resume_waits_for_clean_telemetry(store):
     clock, cluster = Clock(), Cluster()
     e = engine(store, clock, cluster, armed=True)
