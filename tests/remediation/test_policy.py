@@ -119,22 +119,28 @@ def test_a_held_node_gets_no_second_action_and_is_resumed_once_healthy():
     assert st.nodes == {}
 
 
+def _resumes_of_a_held_node(cfg: PolicyConfig, rule: int, fault: str, **present) -> list:
+    """A node drained by *rule* (of *fault*), then healthy (p 0.01) for 40 minutes with the NodeScores fields
+    *present* (name: value while it lasts, value otherwise) set for its first 20: the resumes."""
+    from dataclasses import replace
+
+    st = PolicyState()
+    d, st = decide(scores(rule=(rule,), rule_fault=(fault,), rule_action=(Action.DRAIN,)), st, 0.0, cfg, explain)
+    assert d[0].action is Action.DRAIN
+    actions = []
+    for t in range(60, 2400, 60):
+        s = replace(scores(p=(0.01,)), **{k: np.array([v[0] if t < 1200 else v[1]]) for k, v in present.items()})
+        d, st = decide(s, st, float(t), cfg, explain)
+        actions += [(x.ts, x.action) for x in d]
+    return actions
+
+
 @pytest.mark.parametrize("keeps", [False, True])
 def test_a_held_node_whose_rule_is_only_vetoed_stays_held_when_configured(keeps):
     """The rule that drained the node still holds on it but a veto (a shared cause) stops it: with
     vetoed_rule_keeps_hold that is evidence still present, and the node is resumed only once it is gone."""
-    from dataclasses import replace
-
     cfg = CFG.model_copy(update={"vetoed_rule_keeps_hold": keeps})
-    st = PolicyState()
-    d, st = decide(scores(rule=(4,), rule_fault=("power",), rule_action=(Action.DRAIN,)), st, 0.0, cfg, explain)
-    assert d[0].action is Action.DRAIN
-    actions = []
-    for t in range(60, 2400, 60):
-        vetoed = t < 1200                                    # the veto stops the rule for 20 min, then the brake ends
-        s = replace(scores(p=(0.01,)), rule_vetoed=np.array([vetoed]))
-        d, st = decide(s, st, float(t), cfg, explain)
-        actions += [(x.ts, x.action) for x in d]
+    actions = _resumes_of_a_held_node(cfg, 4, "power", rule_vetoed=(True, False))  # the brake ends after 20 min
     assert actions == ([(1500.0, Action.RESUME)] if keeps else [(600.0, Action.RESUME)])
 
 
@@ -142,17 +148,8 @@ def test_a_held_node_whose_rule_is_only_vetoed_stays_held_when_configured(keeps)
 def test_a_held_node_with_a_lost_gpu_is_not_resumed_until_it_reads_again(needs_every_gpu):
     """Drained on XID 79, the GPUs still reporting read healthy while the lost one is gone for 20 minutes: with
     resume_needs_every_gpu the node is resumed only once it reads again and has stayed healthy resume_after_s."""
-    from dataclasses import replace
-
     cfg = CFG.model_copy(update={"resume_needs_every_gpu": needs_every_gpu})
-    st = PolicyState()
-    d, st = decide(scores(rule=(0,), rule_fault=("gpu_off_bus",), rule_action=(Action.DRAIN,)), st, 0.0, cfg, explain)
-    assert d[0].action is Action.DRAIN
-    actions = []
-    for t in range(60, 2400, 60):
-        s = replace(scores(p=(0.01,)), gpus_lost=np.array([1 if t < 1200 else 0]))
-        d, st = decide(s, st, float(t), cfg, explain)
-        actions += [(x.ts, x.action) for x in d]
+    actions = _resumes_of_a_held_node(cfg, 0, "gpu_off_bus", gpus_lost=(1, 0))
     assert actions == ([(1500.0, Action.RESUME)] if needs_every_gpu else [(600.0, Action.RESUME)])
 
 
