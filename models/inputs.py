@@ -19,7 +19,7 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     (r"^sample_age_s$|^samples_short$|^node_silent_s$",
      "encodes the sampling interval: 10 s and 60 s fleets differ here while healthy; silence is "
      "the policy's business (a stale node is unknown, not failing; rule power_lost reads it)"),
-    (r"^node_gpus_lost$",
+    (r"^node_gpus_(lost|reading)$",
      "a GPU lost from its node is the policy's business (a held node waits for it before it is resumed); "
      "a failure it follows is already told by its XID"),
     (r"^node_gpus_scored$|^net_ports$",

@@ -71,6 +71,9 @@ class NodeScores:
     #: per node: how many of its GPUs had a reading once but none for the pipeline's retain_silent_s (a GPU off the
     #: bus); under PolicyConfig.resume_needs_every_gpu a held node is not resumed while any is. None: not known
     gpus_lost: np.ndarray | None = None
+    #: per node: how many of its GPUs have a reading within retain_silent_s; a node gpuops takes out must have as many
+    #: again before it is resumed (PolicyConfig.resume_needs_every_gpu). None: not known
+    gpus_reading: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.node)
@@ -90,6 +93,10 @@ class NodeScores:
     def lost_gpus(self, i: int) -> int:
         """How many GPUs of node *i* are lost (see ``gpus_lost``; 0 when not known)."""
         return 0 if self.gpus_lost is None else int(self.gpus_lost[i])
+
+    def reading_gpus(self, i: int) -> int | None:
+        """How many GPUs of node *i* have a reading (see ``gpus_reading``; None when not known)."""
+        return None if self.gpus_reading is None else int(self.gpus_reading[i])
 
     def fault_class(self, i: int) -> FaultClass | None:
         """The model's fault class for node *i* (None when the models name none)."""
@@ -111,6 +118,8 @@ SBE_GROWTH = "ecc_sbe_10m_growth"
 SAMPLES_NOW = "samples_short"
 #: the feature behind ``NodeScores.gpus_lost`` (the same on every row of a node)
 GPUS_LOST = "node_gpus_lost"
+#: the feature behind ``NodeScores.gpus_reading`` (the same on every row of a node)
+GPUS_READING = "node_gpus_reading"
 
 
 def score_batches(bundle: ModelBundle, batches: Sequence[FeatureBatch]) -> list[ScoreBatch]:
@@ -157,6 +166,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     growth = batch.column(SBE_GROWTH)[row].astype(np.float64) if SBE_GROWTH in batch.names else None
     fresh = ~(batch.column(SAMPLES_NOW)[row] <= 0) if SAMPLES_NOW in batch.names else None  # NaN (not known): True
     lost = np.nan_to_num(batch.column(GPUS_LOST)[starts]).astype(int) if GPUS_LOST in batch.names else None
+    reading = np.nan_to_num(batch.column(GPUS_READING)[starts]).astype(int) if GPUS_READING in batch.names else None
     vetoed = None
     if scores.rule_vetoed is not None:
         acting = np.array([r.action.acts for r in rules.rules] + [False])
@@ -165,4 +175,4 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe,
                       pcie_per_min=pcie, sbe_of_peak=storm, rule_vetoed=vetoed, sbe_growth=growth,
-                      fresh=fresh, gpus_lost=lost)
+                      fresh=fresh, gpus_lost=lost, gpus_reading=reading)

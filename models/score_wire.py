@@ -69,8 +69,10 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
         v = getattr(ns, c)
         if v is not None:
             msg[c] = [None if x != x else x for x in np.round(v.astype(float), nd).tolist()]
-    if ns.gpus_lost is not None:  # optional count: absent when the scorer knows none
-        msg["gpus_lost"] = np.asarray(ns.gpus_lost, int).tolist()
+    for c in ("gpus_lost", "gpus_reading"):  # optional counts: absent when the scorer knows none
+        v = getattr(ns, c)
+        if v is not None:
+            msg[c] = np.asarray(v, int).tolist()
     if extra:
         msg.update({k: v for k, v in extra.items() if k not in msg})
     return orjson.dumps(msg)
@@ -106,9 +108,10 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             pcie_per_min=_floats(m.get("pcie_per_min")), sbe_of_peak=_floats(m.get("sbe_of_peak")),
             rule_vetoed=_bools(m.get("rule_vetoed")), sbe_growth=_floats(m.get("sbe_growth")),
             fresh=_bools(m.get("fresh")),
-            gpus_lost=None if m.get("gpus_lost") is None else np.array(m["gpus_lost"], int))
+            gpus_lost=_ints(m.get("gpus_lost")), gpus_reading=_ints(m.get("gpus_reading")))
         # optional: absent (an older scorer) is None, never short
-        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth", "fresh", "gpus_lost"):
+        for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth", "fresh", "gpus_lost",
+                  "gpus_reading"):
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")
@@ -149,6 +152,11 @@ def _from_scores(ns: NodeScores, i: int, source: str) -> str:
 def _bools(values: list | None) -> np.ndarray | None:
     """An optional flag column: None when absent (an older scorer)."""
     return None if values is None else np.array(values, bool)
+
+
+def _ints(values: list | None) -> np.ndarray | None:
+    """An optional count column: None when absent (an older scorer)."""
+    return None if values is None else np.array(values, int)
 
 
 def _floats(values: list | None) -> np.ndarray | None:

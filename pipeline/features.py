@@ -176,6 +176,9 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     f += [("node_gpus_lost", "count", "GPUs of the node that have had a reading (a sample with a value; a row of "
            "nulls is none) but none for retain_silent_s: a GPU off the bus sends no row through NVML, or rows of "
            "nulls from an exporter")]
+    f += [("node_gpus_reading", "count", "GPUs of the node with a reading within retain_silent_s: what a node gpuops "
+           "takes out had, and must have again before it is resumed (a scoring worker that restarted never saw a GPU "
+           "lost before it)")]
     return tuple(f)
 
 
@@ -233,6 +236,7 @@ _BRAKE_LONG, _BRAKE_RATIO = FEATURE_INDEX["throttle_hw_power_brake_frac_long"], 
 _OTHER_BRAKE_LONG = FEATURE_INDEX["other_nodes_power_brake_long"]
 _AGE, _NODE_SILENT = FEATURE_INDEX["sample_age_s"], FEATURE_INDEX["node_silent_s"]
 _SAMPLES_SHORT, _NODE_LOST = FEATURE_INDEX["samples_short"], FEATURE_INDEX["node_gpus_lost"]
+_NODE_READING = FEATURE_INDEX["node_gpus_reading"]
 _BASE_FIRST = np.array([_CNT[c[0]] for _, c, _ in _BASELINE_STEMS])
 _BASE_SECOND = np.array([_CNT[c[-1]] for _, c, _ in _BASELINE_STEMS])
 _BASE_PAIR = np.array([len(c) == 2 for _, c, _ in _BASELINE_STEMS])
@@ -338,7 +342,8 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     baselines of the GPUs and ports of nodes flagged in *muted* (per node id: silenced or
     under maintenance this tick) are read but frozen, not updated.
     Without *node_bmc* the BMC features are NaN (no BMC data). A GPU whose last reading is
-    *lost_after_s* or more old is lost (``node_gpus_lost``; never, by default).
+    *lost_after_s* or more old is lost (``node_gpus_lost``; never, by default), a younger one
+    is reading (``node_gpus_reading``).
     """
     baselines = baselines if baselines is not None else PartBaselines(gpus.n, port_reg.n)
     r = len(slots)
@@ -413,10 +418,11 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     node_age = np.full(n_scored, np.inf)
     np.minimum.at(node_age, grp, f[_AGE])
     f[_NODE_SILENT] = node_age[grp]
-    read = gpu.last_read[: gpus.n]
+    age, of_node = tick_end - gpu.last_read[: gpus.n], gpus.slot_node[: gpus.n]
     with np.errstate(invalid="ignore"):
-        lost = tick_end - read >= lost_after_s  # NaN (never read): not lost
-    f[_NODE_LOST] = np.bincount(gpus.slot_node[: gpus.n][lost], minlength=len(gpus.nodes))[nodes]
+        lost, reading = age >= lost_after_s, age < lost_after_s  # NaN (never read): neither
+    f[_NODE_LOST] = np.bincount(of_node[lost], minlength=len(gpus.nodes))[nodes]
+    f[_NODE_READING] = np.bincount(of_node[reading], minlength=len(gpus.nodes))[nodes]
 
     frozen = None if muted is None else muted[nodes]
     baselines.clock.ensure(gpus.n)

@@ -184,6 +184,7 @@ class NodeState:
     held_since: float | None = None         # gpuops drained/reset it
     held_grade: Grade | None = None         # the grade of the decision that holds it
     held_fault: FaultClass | None = None
+    held_gpus: int | None = None            # its GPUs with a reading when it was taken out (None: not known)
     healthy_since: float | None = None
     predicted_action_at: float | None = None  # last action taken on a prediction (retry cap)
     sbe_at: float | None = None             # the predicted GPU last logged corrected ECC errors (hbm_recent_sbe_s)
@@ -428,7 +429,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                     Decision(now, name, int(s.gpu[i]), action, fault, p, f"{explain(i, 'model')}; corroborated: {why}",
                              "model", Grade.CORROBORATED, follow_up)]
         healthy = (rule < 0 and p < cfg.clear_threshold and not (cfg.vetoed_rule_keeps_hold and s.has_vetoed_rule(i))
-                   and not (cfg.resume_needs_every_gpu and s.lost_gpus(i)))  # a lost GPU is not a healthy one
+                   and not (cfg.resume_needs_every_gpu and _gpu_missing(ns, s, i)))
         since = (ns.healthy_since if ns.healthy_since is not None else now) if healthy else None
         if since is not None and now - ns.held_since >= cfg.min_hold_s and now - since >= cfg.resume_after_s:
             reason = f"healthy for {(now - since) / 60:.0f} min after gpuops took it out"
@@ -438,7 +439,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         return replace(ns, healthy_since=since), []
     if rule_acts:                                       # 2. hard evidence: act now
         return replace(ns, held_since=now, held_grade=Grade.CERTAIN, held_fault=s.rule_fault_class(i),
-                       healthy_since=None, above_since=None, high_since=None, episodes=(), alert_times=()), [
+                       held_gpus=s.reading_gpus(i), healthy_since=None, above_since=None, high_since=None, episodes=(), alert_times=()), [
             _rule_decision(i, name, s, rule_action, now, explain)]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
     waiting = _storm_waiting(ns, fault, now, cfg) or (brakes.get(fault) if fault is not None else None)
@@ -454,10 +455,17 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
             reason = explain(i, "model") + floors.reason(cfg, fault) + (f"; corroborated: {why}" if why else "")
             held = now if action in (Action.DRAIN, Action.RESET) else None
             return replace(ns, held_since=held, held_grade=grade if held is not None else None, held_fault=fault,
-                           healthy_since=None, predicted_action_at=now, episodes=(), alert_times=()), [
+                           held_gpus=s.reading_gpus(i), healthy_since=None, predicted_action_at=now, episodes=(), alert_times=()), [
                 Decision(now, name, int(s.gpu[i]), action, fault, p, reason, "model", grade, follow_up)]
     return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, waiting, cfg, explain, fleet,
                    max(cfg.alert_threshold, floors.p), anomaly_level)
+
+
+def _gpu_missing(ns: NodeState, s: NodeScores, i: int) -> bool:
+    """Whether held node *i* misses a GPU: one its scorer saw go silent (``gpus_lost``), or fewer reading than when
+    it was taken out (what a scoring worker that restarted since, and never saw the lost GPU, still tells)."""
+    reading = s.reading_gpus(i)
+    return s.lost_gpus(i) > 0 or (ns.held_gpus is not None and reading is not None and reading < ns.held_gpus)
 
 
 def _rule_decision(i: int, name: str, s: NodeScores, action: Action, now: float, explain: Explain) -> Decision:

@@ -263,10 +263,12 @@ def test_node_aggregation_says_whether_the_worst_gpu_was_read_this_tick():
     assert aggregate(batch, sc, bundle.rules).fresh.tolist() == [True, False]
 
 
-def test_node_aggregation_carries_how_many_gpus_the_node_has_lost():
+def test_node_aggregation_carries_how_many_gpus_the_node_has_lost_and_reading():
     batch, sc, bundle = _two_nodes("node_gpus_lost", [0.0, 0.0, 1.0, 1.0])  # a node feature: one value per node
+    batch.x[:, col("node_gpus_reading")] = [2.0, 2.0, 1.0, 1.0]
     ns = aggregate(batch, sc, bundle.rules)
     assert ns.gpus_lost.tolist() == [0, 1] and ns.lost_gpus(0) == 0 and ns.lost_gpus(1) == 1
+    assert ns.gpus_reading.tolist() == [2, 1] and ns.reading_gpus(1) == 1
 
 
 def test_many_ticks_scored_at_once_equal_ticks_scored_one_by_one():

@@ -84,16 +84,19 @@ def test_whether_the_predicted_gpu_was_read_survives_the_round_trip():
         decode_scores(orjson.dumps(msg))
 
 
-def test_how_many_gpus_a_node_has_lost_survives_the_round_trip():
+def test_how_many_gpus_a_node_has_lost_and_reading_survives_the_round_trip():
     from dataclasses import replace
 
-    back, _, msg = decode_scores(encode_scores(replace(tick(), gpus_lost=np.array([0, 2, 0]))))
+    sent = replace(tick(), gpus_lost=np.array([0, 2, 0]), gpus_reading=np.array([8, 6, 4]))
+    back, _, msg = decode_scores(encode_scores(sent))
     assert msg["gpus_lost"] == [0, 2, 0] and back.gpus_lost.tolist() == [0, 2, 0] and back.lost_gpus(1) == 2
-    older = decode_scores(encode_scores(tick()))[0]       # a scorer that sends none: no GPU known lost
-    assert older.gpus_lost is None and older.lost_gpus(1) == 0
-    msg["gpus_lost"] = [0]
-    with pytest.raises(ScoresFormatError, match="gpus_lost"):
-        decode_scores(orjson.dumps(msg))
+    assert msg["gpus_reading"] == [8, 6, 4] and back.reading_gpus(2) == 4
+    older = decode_scores(encode_scores(tick()))[0]       # a scorer that sends none: nothing known
+    assert older.gpus_lost is None and older.lost_gpus(1) == 0 and older.reading_gpus(1) is None
+    for c in ("gpus_lost", "gpus_reading"):
+        short = dict(msg, **{c: [0]})
+        with pytest.raises(ScoresFormatError, match=c):
+            decode_scores(orjson.dumps(short))
 
 
 @pytest.mark.parametrize("column, sent, wire", [

@@ -226,15 +226,21 @@ def test_a_gpu_without_a_reading_for_retain_silent_s_is_lost_to_its_node_until_i
         g.loc[gone & (g.node == "gpu-node-001") & (g.gpu == 2), values] = np.nan  # an exporter's: rows of nulls
         g.loc[(g.node == "gpu-node-002") & (g.gpu == 1), values] = np.nan     # never read at all: nothing to lose
     frames = run(g)
-    lost = {t: frames[t].groupby("node")["node_gpus_lost"].agg(["min", "max"]) for t in (T0 + 660, T0 + 720,
-                                                                                         T0 + 1140, T0 + 1260)}
+    ticks = (T0 + 660, T0 + 720, T0 + 1140, T0 + 1260)
+    lost = {t: frames[t].groupby("node")["node_gpus_lost"].agg(["min", "max"]) for t in ticks}
+    reading = {t: frames[t].groupby("node")["node_gpus_reading"].agg(["min", "max"]) for t in ticks}
     assert (lost[T0 + 660].values == 0).all()                       # 570 s without a reading: not yet
+    assert reading[T0 + 660].to_dict("index")["gpu-node-000"] == {"min": 4, "max": 4}
     for t in (T0 + 720, T0 + 1140):                                  # 600 s and more: on every row of its node
         assert lost[t].to_dict("index") == {"gpu-node-000": {"min": 1, "max": 1},
                                             "gpu-node-001": {"min": int(nulls), "max": int(nulls)},
                                             "gpu-node-002": {"min": 0, "max": 0}}
+        assert reading[t].to_dict("index") == {"gpu-node-000": {"min": 3, "max": 3},
+                                               "gpu-node-001": {"min": 4 - nulls, "max": 4 - nulls},
+                                               "gpu-node-002": {"min": 4 - nulls, "max": 4 - nulls}}
     assert 3 not in set(frames[T0 + 1140].query("node == 'gpu-node-000'").gpu)  # its row is gone; its node counts it
     assert (lost[T0 + 1260].values == 0).all()                      # it reads again
+    assert (reading[T0 + 1260]["min"] == [4, 4, 4 - nulls]).all()
 
 
 def test_a_brake_another_node_had_earlier_in_the_long_window_still_counts_once_it_has_ended() -> None:

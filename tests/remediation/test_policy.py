@@ -119,13 +119,16 @@ def test_a_held_node_gets_no_second_action_and_is_resumed_once_healthy():
     assert st.nodes == {}
 
 
-def _resumes_of_a_held_node(cfg: PolicyConfig, rule: int, fault: str, **present) -> list:
-    """A node drained by *rule* (of *fault*), then healthy (p 0.01) for 40 minutes with the NodeScores fields
-    *present* (name: value while it lasts, value otherwise) set for its first 20: the resumes."""
+def _resumes_of_a_held_node(cfg: PolicyConfig, rule: int, fault: str, at_hold: dict | None = None, **present) -> list:
+    """A node drained by *rule* (of *fault*; NodeScores fields *at_hold* then), then healthy (p 0.01) for 40 minutes
+    with the NodeScores fields *present* (name: value while it lasts, value otherwise) set for its first 20: the
+    resumes."""
     from dataclasses import replace
 
     st = PolicyState()
-    d, st = decide(scores(rule=(rule,), rule_fault=(fault,), rule_action=(Action.DRAIN,)), st, 0.0, cfg, explain)
+    held = replace(scores(rule=(rule,), rule_fault=(fault,), rule_action=(Action.DRAIN,)),
+                   **{k: np.array([v]) for k, v in (at_hold or {}).items()})
+    d, st = decide(held, st, 0.0, cfg, explain)
     assert d[0].action is Action.DRAIN
     actions = []
     for t in range(60, 2400, 60):
@@ -145,11 +148,18 @@ def test_a_held_node_whose_rule_is_only_vetoed_stays_held_when_configured(keeps)
 
 
 @pytest.mark.parametrize("needs_every_gpu", [False, True])
-def test_a_held_node_with_a_lost_gpu_is_not_resumed_until_it_reads_again(needs_every_gpu):
+@pytest.mark.parametrize("scorer", ["saw it go", "restarted since"])
+def test_a_held_node_with_a_lost_gpu_is_not_resumed_until_it_reads_again(needs_every_gpu, scorer):
     """Drained on XID 79, the GPUs still reporting read healthy while the lost one is gone for 20 minutes: with
-    resume_needs_every_gpu the node is resumed only once it reads again and has stayed healthy resume_after_s."""
+    resume_needs_every_gpu the node is resumed only once it reads again and has stayed healthy resume_after_s. The
+    scorer that saw the GPU go says so (gpus_lost); one that restarted since never saw it, and the node reads fewer
+    GPUs than when it was taken out."""
     cfg = CFG.model_copy(update={"resume_needs_every_gpu": needs_every_gpu})
-    actions = _resumes_of_a_held_node(cfg, 0, "gpu_off_bus", gpus_lost=(1, 0))
+    if scorer == "saw it go":
+        actions = _resumes_of_a_held_node(cfg, 0, "gpu_off_bus", gpus_lost=(1, 0))
+    else:
+        actions = _resumes_of_a_held_node(cfg, 0, "gpu_off_bus", {"gpus_reading": 8}, gpus_lost=(0, 0),
+                                          gpus_reading=(7, 8))
     assert actions == ([(1500.0, Action.RESUME)] if needs_every_gpu else [(600.0, Action.RESUME)])
 
 
