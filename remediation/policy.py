@@ -439,7 +439,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         return replace(ns, healthy_since=since), []
     if rule_acts:                                       # 2. hard evidence: act now
         return replace(ns, held_since=now, held_grade=Grade.CERTAIN, held_fault=s.rule_fault_class(i),
-                       held_gpus=s.reading_gpus(i), healthy_since=None, above_since=None, high_since=None, episodes=(), alert_times=()), [
+                       held_gpus=s.reading_gpus(i), healthy_since=None, above_since=None, high_since=None, episodes=(),
+                       alert_times=()), [
             _rule_decision(i, name, s, rule_action, now, explain)]
     retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
     waiting = _storm_waiting(ns, fault, now, cfg) or (brakes.get(fault) if fault is not None else None)
@@ -455,7 +456,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
             reason = explain(i, "model") + floors.reason(cfg, fault) + (f"; corroborated: {why}" if why else "")
             held = now if action in (Action.DRAIN, Action.RESET) else None
             return replace(ns, held_since=held, held_grade=grade if held is not None else None, held_fault=fault,
-                           held_gpus=s.reading_gpus(i), healthy_since=None, predicted_action_at=now, episodes=(), alert_times=()), [
+                           held_gpus=s.reading_gpus(i), healthy_since=None, predicted_action_at=now, episodes=(),
+                           alert_times=()), [
                 Decision(now, name, int(s.gpu[i]), action, fault, p, reason, "model", grade, follow_up)]
     return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, waiting, cfg, explain, fleet,
                    max(cfg.alert_threshold, floors.p), anomaly_level)
