@@ -242,6 +242,9 @@ class Engine:
                 out[d.node] = {"p_fail": round(float(s.p_fail[i]), 4), "anomaly": round(float(s.anomaly[i]), 6),
                                "fault": (s.fault_class(i).value if s.fault_class(i) else None),
                                "gpu": int(s.gpu[i]), "rule": int(s.rule[i])}
+                ns = self.state.nodes.get(d.node)
+                if ns is not None and ns.held_since is not None and ns.held_gpus is not None:
+                    out[d.node]["held_gpus"] = ns.held_gpus   # read back by recovery.held_fields after a restart
         return out
 
     def _put_scores(self, s: NodeScores) -> None:

@@ -64,9 +64,13 @@ def holds_of(recs: Iterable[ActionRecord]) -> dict[str, ActionRecord]:
 
 
 def held_fields(hold: ActionRecord) -> dict[str, Any]:
-    """The policy's memory of a node *hold* keeps out: since when, at which grade, for which fault."""
+    """The policy's memory of a node *hold* keeps out: since when, at which grade, for which fault, and how many
+    GPUs it read when it was taken out (``held_gpus`` in the record's evidence; None for a person's drain or a
+    record written before the engine kept it)."""
+    gpus = hold.evidence.get("held_gpus")
     return {"held_since": hold.incident_ts, "held_grade": Grade(hold.grade) if hold.grade else Grade.CERTAIN,
-            "held_fault": FaultClass(hold.fault) if hold.fault in FaultClass._value2member_map_ else None}
+            "held_fault": FaultClass(hold.fault) if hold.fault in FaultClass._value2member_map_ else None,
+            "held_gpus": gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None}
 
 
 def rebuild_state(engine: Engine) -> PolicyState:

@@ -327,6 +327,28 @@ def test_a_node_whose_gpu_is_gone_for_good_stays_held_until_a_person_forces_its_
     assert forced.state is ActionState.SUCCEEDED and not cluster.status("n00000").drained
 
 
+def test_a_restart_of_both_the_engine_and_its_scorer_during_a_repair_still_waits_for_every_gpu(store):
+    """Drained on XID 79 with 8 GPUs reading; the engine and the scoring worker both restart while the GPU is away,
+    so the new scorer never saw it go (gpus_lost 0) and the node reads 7. The hold's record carries the count, the
+    restarted engine reads it back, and the node is resumed only once it reads 8 again and stays healthy."""
+    clock, cluster = Clock(), Cluster()
+    e = engine(store, clock, cluster, armed=True)
+    e.tick(replace(fleet(2, clock.t, rule_nodes=[0], rule_fault="gpu_off_bus"), gpus_reading=np.array([8, 8])),
+           explain)
+    assert [r.evidence["held_gpus"] for r in store.query()] == [8]
+    clock.t += 60
+    restarted = engine(store, clock, cluster)
+    assert restarted.state.nodes["n00000"].held_gpus == 8
+    resumed_at = []
+    for minute in range(60):                     # the GPU reads again after 30 minutes
+        clock.t += 60
+        reading = np.array([7 if minute < 30 else 8, 8])
+        scores = replace(fleet(2, clock.t), gpus_lost=np.array([0, 0]), gpus_reading=reading)
+        resumed_at += [minute for r in restarted.tick(scores, explain) if r.kind is ActionKind.RESUME]
+    assert resumed_at == [30 + POLICY.resume_after_s // 60]
+    assert not cluster.status("n00000").drained
+
+
 def test_an_operator_request_is_a_dry_run_unless_asked_and_resume_waits_for_clean_telemetry(store):
     clock, cluster = Clock(), Cluster()
     e = engine(store, clock, cluster, armed=True)
