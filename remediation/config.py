@@ -157,9 +157,9 @@ class PolicyConfig(BaseModel):
         "a node drained for a GPU off the bus was resumed at min_hold_s with the GPU still gone (all six such "
         "nodes of a tuning world in the collector's form, bench/results/robustness.md, candidate LG). Its "
         "healthy time starts when the GPU reads again. A scoring worker that restarted since never saw the GPU "
-        "go, so the node must also read as many GPUs as when gpuops took it out (NodeScores.gpus_reading; not "
-        "known for a hold rebuilt after the engine restarts). A GPU removed for good keeps its node held until "
-        "a person resumes it.")
+        "go, so the node must also read as many GPUs as when gpuops took it out (NodeScores.gpus_reading; the "
+        "count is kept on the hold's records, evidence.held_gpus, so it outlives an engine restart too). A GPU "
+        "removed for good keeps its node held until a person resumes it.")
     model_retry_window_s: float = Field(
         86400.0, ge=0,
         description="After gpuops acted on a node on a *prediction* and the node came back healthy, further "
