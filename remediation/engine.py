@@ -242,10 +242,16 @@ class Engine:
                 out[d.node] = {"p_fail": round(float(s.p_fail[i]), 4), "anomaly": round(float(s.anomaly[i]), 6),
                                "fault": (s.fault_class(i).value if s.fault_class(i) else None),
                                "gpu": int(s.gpu[i]), "rule": int(s.rule[i])}
-                ns = self.state.nodes.get(d.node)
-                if ns is not None and ns.held_since is not None and ns.held_gpus is not None:
-                    out[d.node]["held_gpus"] = ns.held_gpus   # read back by recovery.held_fields after a restart
+                out[d.node].update(self.held_evidence(d.node))
         return out
+
+    def held_evidence(self, node: str) -> dict[str, Any]:
+        """What a record made while the policy holds *node* keeps of that hold for a restart
+        (:func:`recovery.held_fields` reads it back): the GPUs it read when it was taken out."""
+        ns = self.state.nodes.get(node)
+        if ns is None or ns.held_since is None or ns.held_gpus is None:
+            return {}
+        return {"held_gpus": ns.held_gpus}
 
     def _put_scores(self, s: NodeScores) -> None:
         held = self.holds

@@ -44,7 +44,8 @@ def request(engine: Engine, kind: ActionKind, node: str, reason: str, actor: str
             return existing
         rec = ActionRecord(id=aid, node=node, kind=kind, state=ActionState.PROPOSED, reason=reason, actor=actor,
                            incident_ts=now, created_at=now, updated_at=now, gpu=gpu, source="operator",
-                           dry_run=dry_run, adapter=engine.dry.name if dry_run else engine.adapter.name)
+                           evidence=engine.held_evidence(node) if kind.holds_node else {}, dry_run=dry_run,
+                           adapter=engine.dry.name if dry_run else engine.adapter.name)
         why = _refusal(engine, rec, force, now)
         engine.store.insert(rec, note="requested by " + actor)
         if why:

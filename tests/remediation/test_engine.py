@@ -327,15 +327,20 @@ def test_a_node_whose_gpu_is_gone_for_good_stays_held_until_a_person_forces_its_
     assert forced.state is ActionState.SUCCEEDED and not cluster.status("n00000").drained
 
 
-def test_a_restart_of_both_the_engine_and_its_scorer_during_a_repair_still_waits_for_every_gpu(store):
+@pytest.mark.parametrize("last_record", ["the engine's drain", "a person's drain after it"])
+def test_a_restart_of_both_the_engine_and_its_scorer_during_a_repair_still_waits_for_every_gpu(store, last_record):
     """Drained on XID 79 with 8 GPUs reading; the engine and the scoring worker both restart while the GPU is away,
-    so the new scorer never saw it go (gpus_lost 0) and the node reads 7. The hold's record carries the count, the
-    restarted engine reads it back, and the node is resumed only once it reads 8 again and stays healthy."""
+    so the new scorer never saw it go (gpus_lost 0) and the node reads 7. The hold's records carry the count (a
+    person's drain of the held node too), the restarted engine reads it back, and the node is resumed only once it
+    reads 8 again and stays healthy."""
     clock, cluster = Clock(), Cluster()
     e = engine(store, clock, cluster, armed=True)
     e.tick(replace(fleet(2, clock.t, rule_nodes=[0], rule_fault="gpu_off_bus"), gpus_reading=np.array([8, 8])),
            explain)
-    assert [r.evidence["held_gpus"] for r in store.query()] == [8]
+    if last_record == "a person's drain after it":
+        clock.t += 60
+        e.request(ActionKind.DRAIN, "n00000", "GPU 3 reseat scheduled", "operator:fay", dry_run=False)
+    assert [r.evidence["held_gpus"] for r in store.query()] == [8] * len(store.query())
     clock.t += 60
     restarted = engine(store, clock, cluster)
     assert restarted.state.nodes["n00000"].held_gpus == 8
