@@ -5,7 +5,7 @@ scheduler says of each node — which partitions / node pools it is in (fleet-sh
 facility groups), its labels (silence selectors, racks and switches for facility events),
 and whether someone declared maintenance on it or drained it themselves. Listing every
 node on each tick would put the scheduler's API in the hot path, so the view is filled at
-start (:meth:`~remediation.engine.Engine.rebuild_state`) and by the APScheduler job
+start (:func:`remediation.recovery.rebuild_state`) and by the APScheduler job
 ``maintenance_view`` (:meth:`~remediation.engine.Engine.refresh_view`); the check before
 each action reads that node's status anew anyway. Plain bookkeeping: no I/O, no clock.
 """

@@ -164,10 +164,6 @@ class Engine:
         """After a (re)start: load history, reconcile in-flight actions, rebuild the policy state."""
         recovery.start(self)
 
-    def rebuild_state(self) -> PolicyState:
-        """The policy's memory from the store's holds and the scheduler's gpuops-owned drains."""
-        return recovery.rebuild_state(self)
-
     def reconcile(self) -> int:
         """Bring every in-flight action in line with the cluster; returns how many it moved."""
         return recovery.reconcile(self)
@@ -242,16 +238,10 @@ class Engine:
                 out[d.node] = {"p_fail": round(float(s.p_fail[i]), 4), "anomaly": round(float(s.anomaly[i]), 6),
                                "fault": (s.fault_class(i).value if s.fault_class(i) else None),
                                "gpu": int(s.gpu[i]), "rule": int(s.rule[i])}
-                out[d.node].update(self.held_evidence(d.node))
+                ns = self.state.nodes.get(d.node)
+                if ns is not None and ns.held_since is not None and ns.held_gpus is not None:
+                    out[d.node]["held_gpus"] = ns.held_gpus   # read back by recovery.held_fields after a restart
         return out
-
-    def held_evidence(self, node: str) -> dict[str, Any]:
-        """What a record made while the policy holds *node* keeps of that hold for a restart
-        (:func:`recovery.held_fields` reads it back): the GPUs it read when it was taken out."""
-        ns = self.state.nodes.get(node)
-        if ns is None or ns.held_since is None or ns.held_gpus is None:
-            return {}
-        return {"held_gpus": ns.held_gpus}
 
     def _put_scores(self, s: NodeScores) -> None:
         held = self.holds

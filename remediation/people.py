@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import execution
-from .actions import ActionKind, ActionRecord, ActionState, action_id
+from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState, action_id
 from .budget import VERDICTS
 from .policy import PREDICTION_GRADES
 
@@ -44,8 +44,7 @@ def request(engine: Engine, kind: ActionKind, node: str, reason: str, actor: str
             return existing
         rec = ActionRecord(id=aid, node=node, kind=kind, state=ActionState.PROPOSED, reason=reason, actor=actor,
                            incident_ts=now, created_at=now, updated_at=now, gpu=gpu, source="operator",
-                           evidence=engine.held_evidence(node) if kind.holds_node else {}, dry_run=dry_run,
-                           adapter=engine.dry.name if dry_run else engine.adapter.name)
+                           dry_run=dry_run, adapter=engine.dry.name if dry_run else engine.adapter.name)
         why = _refusal(engine, rec, force, now)
         engine.store.insert(rec, note="requested by " + actor)
         if why:
@@ -75,6 +74,9 @@ def _unclean(engine: Engine, node: str, now: float) -> str:
     ns = engine.state.nodes.get(node)
     if hold is None:
         return ""
+    if (ns is None or ns.held_since is None) and hold.actor != ENGINE_ACTOR:
+        return (f"{node} was taken out by {hold.actor}: gpuops keeps no clean telemetry for a person's hold "
+                "(force to resume it once the work is done)")
     clean_since = ns.healthy_since if ns is not None else None
     window = engine.safety.verify_window_s
     if clean_since is None or now - clean_since < window:

@@ -15,12 +15,12 @@ engine's lock, before the first tick.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from collector.schema import FaultClass, Grade
 
 from . import execution
-from .actions import ActionKind, ActionRecord, ActionState
+from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState
 from .adapters.base import AdapterError
 from .policy import NodeState, PolicyState
 
@@ -41,7 +41,7 @@ def start(engine: Engine) -> None:
         engine.recent.load(recs)
         engine.holds = holds_of(recs)
         reconcile(engine)
-        engine.state = rebuild_state(engine)
+        engine.state = rebuild_state(engine, holds_of(recs, ENGINE_ACTOR))
         engine.sync_verdicts(0.0)       # people's verdicts of the budget's window, given on any replica
         if engine._adapter(engine.armed) is not engine.adapter:
             try:                         # disarmed: the real scheduler's view (groups, maintenance) all the same
@@ -50,15 +50,16 @@ def start(engine: Engine) -> None:
                 log.warning("cannot list the scheduler's nodes at start (%s); the maintenance_view job retries", e)
 
 
-def holds_of(recs: Iterable[ActionRecord]) -> dict[str, ActionRecord]:
-    """node -> the action that holds it out of service, from its records oldest first."""
+def holds_of(recs: Iterable[ActionRecord], actor: str | None = None) -> dict[str, ActionRecord]:
+    """node -> the action that holds it out of service, from its records oldest first; with *actor*,
+    only nodes that actor took out since their last resume, each with that actor's latest hold."""
     holds: dict[str, ActionRecord] = {}
     for r in recs:
         if r.state in (ActionState.REJECTED, ActionState.CANCELLED, ActionState.FAILED):
             continue
         if r.kind is ActionKind.RESUME and r.state in (ActionState.SUCCEEDED, ActionState.VERIFIED):
             holds.pop(r.node, None)
-        elif r.kind.holds_node:
+        elif r.kind.holds_node and (actor is None or r.actor == actor):
             holds[r.node] = r
     return holds
 
@@ -73,9 +74,11 @@ def held_fields(hold: ActionRecord) -> dict[str, Any]:
             "held_gpus": gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None}
 
 
-def rebuild_state(engine: Engine) -> PolicyState:
-    """The policy's memory from the store's holds and the scheduler's gpuops-owned drains."""
-    nodes = {name: NodeState(**held_fields(r)) for name, r in engine.holds.items()}
+def rebuild_state(engine: Engine, taken: Mapping[str, ActionRecord]) -> PolicyState:
+    """The policy's memory from the holds the engine itself *taken* (node -> its latest hold record) and the
+    scheduler's gpuops-owned drains. A node only a person took out is not the policy's: it never resumed one
+    before the restart (the person does), so it does not after."""
+    nodes = {name: NodeState(**held_fields(r)) for name, r in taken.items() if name in engine.holds}
     try:
         listed = engine._adapter(engine.armed).list_nodes()
     except AdapterError as e:
@@ -84,7 +87,7 @@ def rebuild_state(engine: Engine) -> PolicyState:
     now = engine.clock()
     engine.view.update(listed)
     for st in listed:
-        if st.drained and st.ours and st.name not in nodes:
+        if st.drained and st.ours and st.name not in engine.holds:
             # drained by gpuops but unknown to this store (a lost store, another installation):
             # held, so that the policy's verification decides when it goes back
             log.warning("%s: drained by gpuops (%r) without a record here: held until verified", st.name, st.reason)
