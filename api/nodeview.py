@@ -65,7 +65,9 @@ class NodeView:
                 row = {"node": name, "ts": float(ns.ts), "risk": round(risk, 4), "fault": fault,
                        "gpu": int(ns.gpu[i]), "anomaly": round(float(ns.anomaly[i]), 6),
                        "rule": int(ns.rule[i]) if ns.rule[i] >= 0 else None,
-                       "reasons": dict(reasons.get(name, {})), "detail": dict(detail.get(name, {}))}
+                       "reasons": dict(reasons.get(name, {})), "detail": dict(detail.get(name, {})),
+                       "gpus_reading": ns.reading_gpus(i),
+                       "gpus_lost": None if ns.gpus_lost is None else ns.lost_gpus(i)}
                 row["state"] = self._state(name, risk, row["rule"])
                 nodes[name] = row
                 h = self._history.get(name)

@@ -233,6 +233,10 @@ class NodeDetail(NodeRow):
     history: list[HistoryPoint]
     events: list[dict[str, Any]]
     actions: list[ActionPublic]
+    hold: dict[str, Any] | None = Field(
+        None, description="While the node is held: the action holding it, who took it out and when, its GPUs then "
+        "and now, and waiting_for: what its resume still waits for (min_hold_s, a rule, risk, a GPU without a "
+        "reading, the clean time); a person's hold waits for that person (api/holds.py).")
 
 
 class EngineStatus(BaseModel):

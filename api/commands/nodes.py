@@ -52,6 +52,16 @@ def node(name: str = typer.Argument(..., help="Node name."),
     out = console()
     out.print(f"[bold]{escape(n['node'])}[/bold]  {state_markup(n['state'])}  risk {n['risk']:.3f}  "
               f"fault {n.get('fault') or '-'} (GPU {n['gpu']})  anomaly {n['anomaly']:.3f}  at {when(n['ts'])} UTC")
+    hold = n.get("hold")
+    if hold:
+        out.print(f"  held since {when(hold['since'])} UTC by {escape(hold['actor'])} ({hold['kind']}, "
+                  f"{hold.get('fault') or '-'}): {escape(hold['reason'])}")
+        if hold.get("gpus_reading") is not None:
+            then = hold.get("gpus_when_taken_out")
+            out.print(f"  GPUs reading {hold['gpus_reading']}, lost {hold.get('gpus_lost') or 0}"
+                      + (f", {then} when taken out" if then is not None else ""))
+        for w in hold.get("waiting_for") or ["nothing: it is resumed at the next tick"]:
+            out.print("  resume waits for: " + escape(w))
     for k, v in (n.get("reasons") or {}).items():
         out.print(f"  because ({escape(str(k))}): {escape(str(v))}")
     for k, v in (n.get("detail") or {}).items():

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query, Response
 
 from api.deps import Ctx, Viewer
 from api.errors import ApiError
+from api.holds import hold_status
 from api.routes import AUTH_ERRORS, NOT_FOUND
 from api.schemas import ActionPublic, NodeDetail, NodeList
 
@@ -39,9 +40,12 @@ async def list_nodes(ctx: Ctx, _: Viewer,
 
 @router.get("/{name}", response_model=NodeDetail, responses=NOT_FOUND)
 def get_node(ctx: Ctx, _: Viewer, name: Annotated[str, Path(max_length=253)]) -> NodeDetail:
-    """One node: GPU detail, score history, the features behind the score, recent events and actions."""
+    """One node: GPU detail, score history, the features behind the score, recent events and actions, and, while
+    gpuops holds it, what its resume waits for (``hold``)."""
     row = ctx.nodes.get(name)
     if row is None:
         raise ApiError(404, f"no node named {name!r} has reported (GET /v1/nodes lists them)")
-    actions = [ActionPublic.of(r) for r in ctx.store.query(node=name, limit=NODE_ACTIONS)]
-    return NodeDetail.model_validate({**row, "actions": actions})
+    records = ctx.store.query(node=name, limit=NODE_ACTIONS)
+    state = ctx.engine.state.nodes.get(name) if ctx.is_leader() else None   # the policy's memory: the leader's
+    hold = hold_status(records, row, ctx.engine.policy, state)
+    return NodeDetail.model_validate({**row, "actions": [ActionPublic.of(r) for r in records], "hold": hold})

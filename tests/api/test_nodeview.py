@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import orjson
 
 from api.nodeview import NodeView
@@ -27,3 +30,12 @@ def test_the_list_body_is_prepared_per_update_and_states_follow_risk_holds_and_s
     assert v.get("n00000")["state"] == "ok" and v.get("nope") is None   # it reported again
     v.add_events([{"node": "n00002", "kind": "xid", "xid": 79}, {"kind": "no node"}])
     assert v.get("n00002")["events"] == [{"node": "n00002", "kind": "xid", "xid": 79}]
+
+
+def test_a_node_s_row_keeps_its_gpu_counts_for_the_hold_page_and_none_from_a_scorer_without_them():
+    v = NodeView()
+    v.update(fleet(2, 100.0))
+    assert (v.get("n00000")["gpus_reading"], v.get("n00000")["gpus_lost"]) == (None, None)
+    v.update(replace(fleet(2, 160.0), gpus_reading=np.array([7, 8]), gpus_lost=np.array([1, 0])))
+    assert [(v.get(n)["gpus_reading"], v.get(n)["gpus_lost"]) for n in ("n00000", "n00001")] == [(7, 1), (8, 0)]
+    assert "gpus_lost" not in orjson.loads(v.list_body())["nodes"][0]     # the list keeps its columns

@@ -40,6 +40,7 @@ def test_node_shows_why_and_its_actions(gpuops):
     r = gpuops("node", "n00001", role="viewer")
     assert r.exit_code == 0, r.output
     assert "XID 79 fell off the bus" in r.output and "drain" in r.output and "held" in r.output
+    assert "resume waits for: a rule still fires: XID 79 fell off the bus" in r.output
 
 
 def test_drain_is_a_dry_run_recorded_as_the_caller_and_listed_afterwards(gpuops, api_ctx):

@@ -103,6 +103,9 @@ def test_one_node_shows_reasons_features_history_events_and_its_actions(client):
     assert n["state"] == "held" and n["reasons"] == {"rule": "XID 79 fell off the bus"}
     assert len(n["history"]) == 3 and n["events"][0]["xid"] == 79
     assert [(a["kind"], a["actor"]) for a in n["actions"]] == [("drain", "engine")]
+    assert (n["hold"]["actor"], n["hold"]["action"]) == ("engine", n["actions"][0]["id"])
+    assert "a rule still fires: XID 79 fell off the bus" in n["hold"]["waiting_for"]
+    assert client.get("/v1/nodes/n00002", headers=headers("viewer")).json()["hold"] is None
     assert client.get("/v1/nodes/n00002", headers=headers("viewer")).json()["detail"] == {"ecc_sbe_rate_per_h": 12.0}
 
 
