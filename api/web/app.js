@@ -129,6 +129,16 @@ function actionRows(actions, buttons = false) {
                 " ", h("button", { class: "reject", type: "button", onclick: () => decide(a, "reject") }, "Reject")) : ""));
 }
 
+// a held node: who took it out, and what its resume still waits for (api/holds.py)
+function holdPanel(hold) {
+  const gpus = hold.gpus_reading == null ? "" : h("p", {}, `GPUs reading ${hold.gpus_reading}, lost ${hold.gpus_lost || 0}` +
+    (hold.gpus_when_taken_out == null ? "" : `, ${hold.gpus_when_taken_out} when taken out`));
+  const waits = hold.waiting_for.length ? hold.waiting_for : ["nothing: it is resumed at the next tick"];
+  return h("section", { id: "node-hold" }, h("h2", {}, "Held"),
+    h("p", {}, `${hold.kind} by ${hold.actor} at ${time(hold.since)} (${hold.fault || "no fault named"}): ${hold.reason}`),
+    gpus, h("ul", {}, ...waits.map((w) => h("li", {}, "resume waits for: " + w))));
+}
+
 async function nodePage(view, name) {
   const n = await api("/v1/nodes/" + encodeURIComponent(name));
   const kv = (o) => h("dl", {}, Object.entries(o).flatMap(([k, v]) =>
@@ -137,6 +147,7 @@ async function nodePage(view, name) {
     h("h1", {}, h("span", { class: "badge " + n.state }, n.state), " ", n.node),
     kv({ risk: pct(n.risk), fault: n.fault || "none", gpu: n.gpu, anomaly: n.anomaly,
          rule: n.rule ?? "none", "last score": time(n.ts) }),
+    n.hold ? holdPanel(n.hold) : "",
     h("h2", {}, "Risk over time"), plot(n.history),
     h("p", { class: "muted" }, "solid: failure risk; dashed: anomaly; dotted: the at-risk line"),
     h("h2", {}, "Why"), Object.keys(n.reasons).length ? kv(n.reasons) : h("p", { class: "muted" }, "no reasons given"),

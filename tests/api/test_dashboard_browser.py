@@ -88,5 +88,10 @@ def test_an_operator_signs_in_opens_a_node_and_approves_its_waiting_drain(
     shot(browser, artefacts, "04-approved")
     rec = service.store.get(waiting.id)
     assert rec.state is not ActionState.PROPOSED and rec.dry_run
+    # held now (a dry run; the paused engine proposes any resume): the node's page says what its resume waits for
+    browser.execute_script("location.hash = arguments[0]", f"#/node/{node}")
+    held = read(browser, "#node-hold", lambda e: e.text)
+    assert "by engine" in held and "resume waits for: " in held
+    shot(browser, artefacts, "05-held")
     assert any("checked the ECC counters" in (h.get("note") or "") for h in service.store.history(waiting.id))
 
