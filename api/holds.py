@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from remediation.actions import ENGINE_ACTOR, ActionRecord
 from remediation.config import PolicyConfig
-from remediation.policy import NodeState
+from remediation.policy import NodeState, gpu_missing
 from remediation.recovery import held_fields, holds_of
 
 
@@ -60,12 +60,11 @@ def _waits(row: Mapping[str, Any] | None, cfg: PolicyConfig, since: float, gpus:
         dirty.append("a rule still fires: " + str((row.get("reasons") or {}).get("rule", f"rule {row['rule']}")))
     if row["risk"] >= cfg.clear_threshold:
         dirty.append(f"risk {row['risk']:.2f}, not under clear_threshold {cfg.clear_threshold:g}")
-    lost, reading = row.get("gpus_lost"), row.get("gpus_reading")
-    if cfg.resume_needs_every_gpu and lost:
+    lost, reading = row.get("gpus_lost") or 0, row.get("gpus_reading")
+    if cfg.resume_needs_every_gpu and gpu_missing(lost, reading, gpus):
         dirty.append(f"{lost} GPU(s) without a reading for retain_silent_s (off the bus, or pulled): every GPU it "
-                     "reported from must read again; after removing one for good, resume it with force")
-    elif cfg.resume_needs_every_gpu and gpus is not None and reading is not None and reading < gpus:
-        dirty.append(f"{reading} of the {gpus} GPUs it had when taken out read now: every one must read again")
+                     "reported from must read again; after removing one for good, resume it with force" if lost else
+                     f"{reading} of the {gpus} GPUs it had when taken out read now: every one must read again")
     if dirty:
         return out + dirty
     if not leader:

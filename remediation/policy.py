@@ -429,7 +429,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                     Decision(now, name, int(s.gpu[i]), action, fault, p, f"{explain(i, 'model')}; corroborated: {why}",
                              "model", Grade.CORROBORATED, follow_up)]
         healthy = (rule < 0 and p < cfg.clear_threshold and not (cfg.vetoed_rule_keeps_hold and s.has_vetoed_rule(i))
-                   and not (cfg.resume_needs_every_gpu and _gpu_missing(ns, s, i)))
+                   and not (cfg.resume_needs_every_gpu
+                            and gpu_missing(s.lost_gpus(i), s.reading_gpus(i), ns.held_gpus)))
         since = (ns.healthy_since if ns.healthy_since is not None else now) if healthy else None
         if since is not None and now - ns.held_since >= cfg.min_hold_s and now - since >= cfg.resume_after_s:
             reason = f"healthy for {(now - since) / 60:.0f} min after gpuops took it out"
@@ -463,11 +464,11 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                    max(cfg.alert_threshold, floors.p), anomaly_level)
 
 
-def _gpu_missing(ns: NodeState, s: NodeScores, i: int) -> bool:
-    """Whether held node *i* misses a GPU: one its scorer saw go silent (``gpus_lost``), or fewer reading than when
-    it was taken out (what a scoring worker that restarted since, and never saw the lost GPU, still tells)."""
-    reading = s.reading_gpus(i)
-    return s.lost_gpus(i) > 0 or (ns.held_gpus is not None and reading is not None and reading < ns.held_gpus)
+def gpu_missing(lost: int, reading: int | None, held: int | None) -> bool:
+    """Whether a held node misses a GPU: one its scorer saw go silent (*lost* > 0), or fewer *reading* than the
+    *held* it had when taken out (what a scoring worker that restarted since, and never saw the lost GPU, still
+    tells). The resume rule's, and the node page's account of it (api/holds.py)."""
+    return lost > 0 or (held is not None and reading is not None and reading < held)
 
 
 def _rule_decision(i: int, name: str, s: NodeScores, action: Action, now: float, explain: Explain) -> Decision:
