@@ -7,16 +7,20 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Path, Query, Response
 
+from api.context import AppContext
 from api.deps import Ctx, Viewer
 from api.errors import ApiError
 from api.holds import hold_status
 from api.routes import AUTH_ERRORS, NOT_FOUND
 from api.schemas import ActionPublic, NodeDetail, NodeList
+from remediation.actions import ActionKind, ActionRecord, ActionState
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"], responses=AUTH_ERRORS)
 
 #: actions shown on a node's page
 NODE_ACTIONS = 20
+#: most records read to tell what holds a node (those since its last resume that can hold or resume it)
+HOLD_RECORDS = 10_000
 _STATES = "^(ok|at_risk|held|unknown)$"
 
 
@@ -47,5 +51,14 @@ def get_node(ctx: Ctx, _: Viewer, name: Annotated[str, Path(max_length=253)]) ->
         raise ApiError(404, f"no node named {name!r} has reported (GET /v1/nodes lists them)")
     records = ctx.store.query(node=name, limit=NODE_ACTIONS)
     state = ctx.engine.state.nodes.get(name) if ctx.is_leader() else None   # the policy's memory: the leader's
-    hold = hold_status(records, row, ctx.engine.policy, state)
+    hold = hold_status(_since_last_resume(ctx, name), row, ctx.engine.policy, state)
     return NodeDetail.model_validate({**row, "actions": [ActionPublic.of(r) for r in records], "hold": hold})
+
+
+def _since_last_resume(ctx: AppContext, name: str) -> list[ActionRecord]:
+    """*name*'s records that can hold it, from its last resume on (newest first): what holds it now, however
+    many alerts and other actions came after the drain (the page lists only the latest ``NODE_ACTIONS``)."""
+    done = (ActionState.SUCCEEDED, ActionState.VERIFIED)
+    last = ctx.store.query(node=name, kinds=[ActionKind.RESUME], states=done, limit=1)
+    kinds = [k for k in ActionKind if k.holds_node or k is ActionKind.RESUME]
+    return ctx.store.query(node=name, kinds=kinds, since=last[0].created_at if last else None, limit=HOLD_RECORDS)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from remediation.actions import ActionState
+from api.routes.nodes import NODE_ACTIONS
+from remediation.actions import ActionKind, ActionRecord, ActionState
 from tests.api.conftest import FLEET, headers
 from tests.helpers import wait_until
 
@@ -107,6 +108,22 @@ def test_one_node_shows_reasons_features_history_events_and_its_actions(client):
     assert "a rule still fires: XID 79 fell off the bus" in n["hold"]["waiting_for"]
     assert client.get("/v1/nodes/n00002", headers=headers("viewer")).json()["hold"] is None
     assert client.get("/v1/nodes/n00002", headers=headers("viewer")).json()["detail"] == {"ecc_sbe_rate_per_h": 12.0}
+
+
+def test_a_held_node_keeps_its_hold_on_the_page_after_more_actions_than_the_page_lists(client, api_ctx):
+    drain = api_ctx.store.query(node="n00001", kinds=[ActionKind.DRAIN])[0]
+    t = drain.created_at
+    alerts = [ActionRecord(id=f"alert-{k}", node="n00001", kind=ActionKind.ALERT, state=ActionState.SUCCEEDED,
+                           reason="still fell off the bus", actor="engine", incident_ts=t + k, created_at=t + 1 + k,
+                           updated_at=t + 1 + k) for k in range(NODE_ACTIONS + 5)]
+    api_ctx.store.insert_many(alerts)
+    n = client.get("/v1/nodes/n00001", headers=headers("viewer")).json()
+    assert len(n["actions"]) == NODE_ACTIONS and drain.id not in [a["id"] for a in n["actions"]]
+    assert (n["hold"]["action"], n["hold"]["kind"]) == (drain.id, "drain")
+    resumed = ActionRecord(id="resume-1", node="n00001", kind=ActionKind.RESUME, state=ActionState.SUCCEEDED,
+                           reason="healthy", actor="operator:ana", incident_ts=t + 99, created_at=t + 99, updated_at=t + 99)
+    api_ctx.store.insert(resumed)
+    assert client.get("/v1/nodes/n00001", headers=headers("viewer")).json()["hold"] is None
 
 
 def test_an_unknown_node_is_a_404_naming_it(client):
