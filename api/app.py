@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors
 from api.context import AppContext
-from api.routes import actions, engine, health, models, nodes, replays, silences, ui
+from api.routes import actions, coverage, engine, health, models, nodes, replays, silences, ui
 
 API_VERSION = "1"
 
@@ -61,7 +61,7 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.state.ctx = ctx
     ctx.metrics.bind(nodes=ctx.nodes, engine=ctx.engine, is_leader=ctx.is_leader)
     errors.install(app)
-    for r in (nodes.router, actions.router, silences.router, engine.router, models.router, replays.router,
+    for r in (nodes.router, coverage.router, actions.router, silences.router, engine.router, models.router, replays.router,
               health.router):
         app.include_router(r)
     ui.mount(app)

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from models.coverage import SIGNALS
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: engine.counts keys that are an action's outcome: "<outcome>_<kind>"
 _OUTCOMES = ("succeeded", "failed", "transient")
@@ -35,17 +37,26 @@ class _Live(Collector):
                                  labels=["node"])
         anomaly = GaugeMetricFamily("gpuops_node_anomaly", "Latest anomaly level of the node, 0-1.", labels=["node"])
         states = GaugeMetricFamily("gpuops_nodes", "Nodes by state (ok, at_risk, held, unknown).", labels=["state"])
+        blind = GaugeMetricFamily("gpuops_nodes_blind", "Nodes that do not send a precursor signal (ecc, nvlink, "
+                                  "pcie, ...): their faults of its classes are seen only when they happen "
+                                  "(GET /v1/coverage).", labels=["signal"])
         by_state: dict[str, int] = {"ok": 0, "at_risk": 0, "held": 0, "unknown": 0}
+        by_signal = {s.name: 0 for s in SIGNALS}
         if o.nodes is not None:
             for r in o.nodes.nodes():
                 risk.add_metric([r["node"]], float(r["risk"]))
                 anomaly.add_metric([r["node"]], float(r["anomaly"]))
                 by_state[r["state"]] = by_state.get(r["state"], 0) + 1
+                for name in r.get("blind_signals") or ():
+                    by_signal[name] = by_signal.get(name, 0) + 1
         for s, n in sorted(by_state.items()):
             states.add_metric([s], n)
+        for name, n in by_signal.items():
+            blind.add_metric([name], n)
         yield risk
         yield anomaly
         yield states
+        yield blind
         eng = o.engine
         if eng is None:
             return

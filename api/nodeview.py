@@ -22,10 +22,13 @@ from typing import Any, Iterable, Mapping
 import orjson
 
 from models.base import CLASSES
+from models.coverage import names_of
 from models.node_scores import NodeScores
 
 #: node states the API shows
 OK, AT_RISK, HELD, UNKNOWN = "ok", "at_risk", "held", "unknown"
+#: a node shows a precursor signal as not sent once it was not on this many scored ticks in a row
+BLIND_TICKS = 3
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class NodeView:
         self._snap = _Snapshot()
         self._history: dict[str, deque] = {}
         self._events: dict[str, deque] = {}
+        self._blind: dict[str, tuple[int, ...]] = {}
         self._held: frozenset[str] = frozenset()
         self._stale: frozenset[str] = frozenset()
         self._write = threading.Lock()
@@ -67,7 +71,8 @@ class NodeView:
                        "rule": int(ns.rule[i]) if ns.rule[i] >= 0 else None,
                        "reasons": dict(reasons.get(name, {})), "detail": dict(detail.get(name, {})),
                        "gpus_reading": ns.reading_gpus(i),
-                       "gpus_lost": None if ns.gpus_lost is None else ns.lost_gpus(i)}
+                       "gpus_lost": None if ns.gpus_lost is None else ns.lost_gpus(i),
+                       "blind_signals": self._blind_signals(name, ns, i)}
                 row["state"] = self._state(name, risk, row["rule"])
                 nodes[name] = row
                 h = self._history.get(name)
@@ -76,6 +81,22 @@ class NodeView:
                 h.append((float(ns.ts), round(risk, 4), round(float(ns.anomaly[i]), 6)))
             self._stale = self._stale - {str(n) for n in ns.node}
             self._publish(nodes, float(ns.ts))
+
+    def _blind_signals(self, name: str, ns: NodeScores, i: int) -> list[str] | None:
+        """The precursor signals *name* did not send on each of its last :data:`BLIND_TICKS` scored ticks (one tick
+        without a counter's delta, a GPU's first or a port read slower than its GPUs, is not a blind spot); None
+        until that many ticks said (or when the scorer does not say)."""
+        if ns.blind is None:
+            self._blind.pop(name, None)
+            return None
+        last = (*self._blind.get(name, ())[1 - BLIND_TICKS:], int(ns.blind[i]))
+        self._blind[name] = last
+        if len(last) < BLIND_TICKS:
+            return None
+        bits = last[0]
+        for b in last[1:]:
+            bits &= b
+        return names_of(bits)
 
     def set_held(self, held: Iterable[str]) -> None:
         """The nodes gpuops holds out of service now (the engine's view)."""

@@ -33,6 +33,7 @@ from api.replay_maintenance import MaintenanceSchedule, Suppressed, by_cause
 from collector.recording import RecordingError, RecordingWindow, open_recording
 from collector.schema import Action, RecordType
 from models.bundle import ModelBundle, ScoreBatch
+from models.coverage import CoverageTally
 from models.explainer import Explainer
 from models.node_scores import NodeScores, aggregate, score_batches
 from pipeline.batch import FeatureBatch
@@ -109,6 +110,8 @@ class ReplayResult:
     budget: dict[str, Any] = field(default_factory=dict)
     #: resumes of a node that had a lost GPU at that tick (NodeScores.gpus_lost), model policy and rules-only
     resumed_with_gpu_lost: list[int] = field(default_factory=lambda: [0, 0])
+    #: the precursor signals each node did not send (NodeScores.blind), for the report's ``coverage``
+    coverage: CoverageTally = field(default_factory=CoverageTally)
 
 
 class TelemetryClock:
@@ -236,6 +239,7 @@ class Replayer:
                 (self.baseline_policy, result.baseline_decisions, result.baseline_suppressed),
                 *((r.policy, r.decisions, r.suppressed) for r in result.alternatives.values())]
         for batch, ns in scored:
+            result.coverage.add(ns.node, ns.blind)
             explain = self.explainer.for_tick(batch, ns)
             first = len(result.decisions)
             for k, (cfg, out, held_back) in enumerate(runs):
@@ -321,6 +325,7 @@ def build_report(path: str | Path, result: ReplayResult, bundle_info: dict[str, 
     report["suppressed"] = {"model": [s.to_dict() for s in result.suppressed],
                             "rules_baseline": [s.to_dict() for s in result.baseline_suppressed]}
     incidents = rec.incidents()
+    report["coverage"] = result.coverage.report(incidents)
     if incidents is not None:
         kw = dict(node_days=rec.manifest.node_days, gpus_per_node=rec.manifest.gpus_per_node)
         model_m = score_replay(decisions, incidents, **kw)

@@ -237,6 +237,26 @@ class NodeDetail(NodeRow):
         None, description="While the node is held: the action holding it, who took it out and when, its GPUs then "
         "and now, and waiting_for: what its resume still waits for (min_hold_s, a rule, risk, a GPU without a "
         "reading, the clean time); a person's hold waits for that person (api/holds.py).")
+    blind_signals: list[str] | None = Field(
+        None, description="The precursor signals this node does not send (models/coverage.py: ecc, nvlink, pcie, "
+        "throttle, temperature, power, clocks, ib_ports): faults of their classes are seen here only when they "
+        "happen. GET /v1/coverage says what to enable. null: the scorer does not say.")
+
+
+class SignalCoverage(BaseModel):
+    signal: str = Field(description="ecc, nvlink, pcie, throttle, temperature, power, clocks or ib_ports")
+    faults: list[str] = Field(description="The fault classes whose precursor this signal carries.")
+    enable: str = Field(description="What to turn on to send it (dcgm-exporter fields; the agent's source).")
+    nodes: list[str] = Field(description="Nodes whose latest scores say a GPU being read does not send it.")
+    count: int
+
+
+class Coverage(BaseModel):
+    """The precursor signals nodes do not send (GET /v1/coverage)."""
+
+    signals: list[SignalCoverage]
+    nodes_known: int = Field(description="Nodes whose scorer said which signals they send.")
+    ts: float | None
 
 
 class EngineStatus(BaseModel):

@@ -46,6 +46,10 @@ def _one(args: tuple[str, str, str, str | None, str | None, tuple[str, ...]], ob
     for who in ("model", "rules_baseline"):
         out[who] = _summary(rep["metrics"][who])
     out["false_reasons"] = _false_reasons(rep)
+    cov = rep.get("coverage") or {}
+    out["coverage"] = {"nodes_scored": cov.get("nodes_scored"),
+                       "blind_nodes": {k: len(v["nodes"]) for k, v in (cov.get("signals") or {}).items()},
+                       "incidents_on_blind_nodes": cov.get("incidents_on_blind_nodes") or []}
     out["false_budget"] = _budget(rep["false_budget"], rep["decisions"], rep["metrics"]["model"])
     if alternatives:
         out["alternatives"] = {k: _summary(alt["metrics"]) | {"false_reasons": _false_reasons(
@@ -199,6 +203,33 @@ def by_class(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def blind_table(rows: list[dict]) -> str:
+    """Per group and fault class, the predictable incidents on a node that does not send that class's precursor
+    signal (models/coverage.py: an exporter without the ECC or NVLink error counters, say), and how many of those
+    were caught at least 60 s ahead all the same; and the nodes not sending each signal. Empty without coverage."""
+    if not any(r.get("coverage") for r in rows):
+        return ""
+    lines = ["| group | predictable incidents on a node not sending their precursor (caught ahead / of them), by "
+             "class | nodes not sending, by signal |", "|---|---|---|"]
+    for grp, rs in _groups(rows).items():
+        per: dict[str, list[int]] = {}
+        nodes: dict[str, int] = {}
+        for r in rs:
+            cov = r.get("coverage") or {}
+            late = {m["id"] for m in r["model"].get("missed") or []}
+            for inc in cov.get("incidents_on_blind_nodes") or []:
+                if inc.get("predictable"):
+                    acc = per.setdefault(inc["fault"], [0, 0])
+                    acc[0] += inc["id"] not in late
+                    acc[1] += 1
+            for k, n in (cov.get("blind_nodes") or {}).items():
+                nodes[k] = nodes.get(k, 0) + n
+        cells = ", ".join(f"{c} {a}/{n}" for c, (a, n) in sorted(per.items())) or "none"
+        sig = ", ".join(f"{k} {n}" for k, n in nodes.items() if n) or "none"
+        lines.append(f"| {grp} | {cells} | {sig} |")
+    return "\n".join(lines)
+
+
 def budget_table(rows: list[dict]) -> str:
     """The false-action budget per group: prediction holds by outcome, against the truth (a hold that ended
     healthy although its failure was real counts against the budget by mistake), what it braked, and the nodes
@@ -281,6 +312,8 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         rows = list(ex.map(_one, jobs))
     text = table(rows) + "\n\n" + pooled(rows) + "\n\n" + by_class(rows) + "\n\n" + budget_table(rows)
+    if blind := blind_table(rows):
+        text += "\n\n" + blind
     if sets := tuning_sets(rows):
         text += "\n\n" + sets
     if cmp:

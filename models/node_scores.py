@@ -20,6 +20,7 @@ from pipeline.batch import FeatureBatch
 
 from .base import CLASSES
 from .bundle import ModelBundle, ScoreBatch
+from .coverage import blind_bits, names_of
 from .rules import RulesDetector
 
 
@@ -74,6 +75,10 @@ class NodeScores:
     #: per node: how many of its GPUs have a reading within retain_silent_s; a node gpuops takes out must have as many
     #: again before it is resumed (PolicyConfig.resume_needs_every_gpu). None: not known
     gpus_reading: np.ndarray | None = None
+    #: per node: a bit per precursor signal (models.coverage.SIGNALS) that a GPU of it being read does not send, so
+    #: its faults of that class are seen only when they happen (an exporter's counters file). No decision reads it.
+    #: None: not known
+    blind: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.node)
@@ -97,6 +102,10 @@ class NodeScores:
     def reading_gpus(self, i: int) -> int | None:
         """How many GPUs of node *i* have a reading (see ``gpus_reading``; None when not known)."""
         return None if self.gpus_reading is None else int(self.gpus_reading[i])
+
+    def blind_signals(self, i: int) -> list[str]:
+        """The precursor signals node *i* does not send (see ``blind``; empty when none or not known)."""
+        return [] if self.blind is None else names_of(int(self.blind[i]))
 
     def fault_class(self, i: int) -> FaultClass | None:
         """The model's fault class for node *i* (None when the models name none)."""
@@ -167,6 +176,7 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
     fresh = ~(batch.column(SAMPLES_NOW)[row] <= 0) if SAMPLES_NOW in batch.names else None  # NaN (not known): True
     lost = np.nan_to_num(batch.column(GPUS_LOST)[starts]).astype(int) if GPUS_LOST in batch.names else None
     reading = np.nan_to_num(batch.column(GPUS_READING)[starts]).astype(int) if GPUS_READING in batch.names else None
+    blind = blind_bits(batch, starts)
     vetoed = None
     if scores.rule_vetoed is not None:
         acting = np.array([r.action.acts for r in rules.rules] + [False])
@@ -175,4 +185,4 @@ def aggregate(batch: FeatureBatch, scores: ScoreBatch, rules: RulesDetector) -> 
                       rule, rule_gpu, rule_row, scores.rule_fault[rule_row],
                       actions[rule], follow_ups[rule], an[an_row], an_row, batch.gpu[an_row].astype(int), sbe_now=sbe,
                       pcie_per_min=pcie, sbe_of_peak=storm, rule_vetoed=vetoed, sbe_growth=growth,
-                      fresh=fresh, gpus_lost=lost, gpus_reading=reading)
+                      fresh=fresh, gpus_lost=lost, gpus_reading=reading, blind=blind)

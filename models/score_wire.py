@@ -10,7 +10,9 @@ consumer refuses a schema or version it does not know with :class:`ScoresFormatE
 
 ``cold`` (optional, one flag per node) marks nodes whose window is still filling on the
 worker that scored them (they arrived there with no history, e.g. after a rebalance): the
-policy lets their predictions alert but never act (docs/scaling.md, "Rebalance").
+policy lets their predictions alert but never act (docs/scaling.md, "Rebalance"). ``blind``
+(optional, a list of signal names per node) names the precursor signals a node does not send
+(:mod:`models.coverage`), by name so that a consumer of another version reads the ones it knows.
 
 Feature-row indexes (``row``, ``rule_row``, ``anomaly_row``) mean nothing outside the
 worker and travel as the node's own position.
@@ -26,6 +28,7 @@ import orjson
 from collector.schema import Action, FollowUp
 
 from .base import CLASSES
+from .coverage import bits_of, names_of
 from .explain import anomaly_phrase, risk_phrase
 from .node_scores import NodeScores
 
@@ -73,6 +76,8 @@ def encode_scores(ns: NodeScores, reasons: Reasons | None = None, *, worker: str
         v = getattr(ns, c)
         if v is not None:
             msg[c] = np.asarray(v, int).tolist()
+    if ns.blind is not None:  # the precursor signals each node does not send, by name (models.coverage)
+        msg["blind"] = [names_of(int(b)) for b in ns.blind]
     if extra:
         msg.update({k: v for k, v in extra.items() if k not in msg})
     return orjson.dumps(msg)
@@ -108,10 +113,11 @@ def decode_scores(raw: bytes | Mapping[str, Any]) -> tuple[NodeScores, dict[str,
             pcie_per_min=_floats(m.get("pcie_per_min")), sbe_of_peak=_floats(m.get("sbe_of_peak")),
             rule_vetoed=_bools(m.get("rule_vetoed")), sbe_growth=_floats(m.get("sbe_growth")),
             fresh=_bools(m.get("fresh")),
-            gpus_lost=_ints(m.get("gpus_lost")), gpus_reading=_ints(m.get("gpus_reading")))
+            gpus_lost=_ints(m.get("gpus_lost")), gpus_reading=_ints(m.get("gpus_reading")),
+            blind=_signals(m.get("blind")))
         # optional: absent (an older scorer) is None, never short
         for c in ("cold", "pcie_per_min", "sbe_of_peak", "rule_vetoed", "sbe_growth", "fresh", "gpus_lost",
-                  "gpus_reading"):
+                  "gpus_reading", "blind"):
             v = getattr(ns, c)
             if v is not None and len(v) != n:
                 raise ScoresFormatError(f"column {c!r} has {len(v)} values for {n} nodes")
@@ -157,6 +163,16 @@ def _bools(values: list | None) -> np.ndarray | None:
 def _ints(values: list | None) -> np.ndarray | None:
     """An optional count column: None when absent (an older scorer)."""
     return None if values is None else np.array(values, int)
+
+
+def _signals(values: list | None) -> np.ndarray | None:
+    """The optional ``blind`` column (a list of signal names per node) as bit masks: None when absent (an older
+    scorer); a name this build does not know is left out (a newer scorer's)."""
+    if values is None:
+        return None
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in values):
+        raise ScoresFormatError("blind must hold a list of signal names per node")
+    return np.array([bits_of(v) for v in values], np.int64)
 
 
 def _floats(values: list | None) -> np.ndarray | None:

@@ -28,6 +28,7 @@ ROUTES = [
     ("POST", "/v1/engine/pause", {"note": "maintenance"}, "operator"),
     ("POST", "/v1/engine/resume", {"note": "done"}, "operator"),
     ("GET", "/v1/engine/breaker", None, "viewer"),
+    ("GET", "/v1/coverage", None, "viewer"),
     ("POST", "/v1/engine/breaker/reset", {"note": "telemetry fixed"}, "admin"),
     ("GET", "/v1/models", None, "viewer"),
     ("GET", "/v1/models/default/metrics", None, "viewer"),

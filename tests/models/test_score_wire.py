@@ -115,3 +115,20 @@ def test_the_predicted_gpus_storm_readings_survive_the_round_trip_with_unknown_a
     msg[column] = [1.0]
     with pytest.raises(ScoresFormatError, match=column):
         decode_scores(orjson.dumps(msg))
+
+
+def test_the_signals_a_node_does_not_send_travel_by_name_and_unknown_names_are_left_out():
+    from dataclasses import replace
+
+    from models.coverage import bits_of
+
+    sent = replace(tick(), blind=np.array([0, bits_of(["ecc", "nvlink"]), bits_of(["ib_ports"])]))
+    back, _, msg = decode_scores(encode_scores(sent))
+    assert msg["blind"] == [[], ["ecc", "nvlink"], ["ib_ports"]]
+    assert [back.blind_signals(i) for i in range(3)] == [[], ["ecc", "nvlink"], ["ib_ports"]]
+    newer = dict(msg, blind=[[], ["ecc", "laser_alignment"], []])   # a newer scorer's signal: the known ones read
+    assert decode_scores(orjson.dumps(newer))[0].blind_signals(1) == ["ecc"]
+    assert decode_scores(encode_scores(tick()))[0].blind is None      # an older scorer says nothing
+    for bad in ([[]], [[], "ecc", []]):
+        with pytest.raises(ScoresFormatError, match="blind"):
+            decode_scores(orjson.dumps(dict(msg, blind=bad)))
