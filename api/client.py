@@ -74,6 +74,9 @@ class GpuopsClient:
     def node(self, name: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/nodes/{_seg(name)}")
 
+    def coverage(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/coverage")
+
     # ---- actions ------------------------------------------------------------------------------
 
     def actions(self, *, node: str | None = None, state: Iterable[str] | None = None, kind: Iterable[str] | None = None,

@@ -341,6 +341,20 @@ def _budget(fb: Mapping[str, Any]) -> str:
     return head + _table(["fault class", "holds ended healthy", "holds that came true", "braked at the end"], rows)
 
 
+def _coverage(cov: Mapping[str, Any]) -> str:
+    """The precursor signals nodes did not send (models/coverage.py), and the incidents on such nodes."""
+    rows = [[escape(name), str(len(s["nodes"])), escape(", ".join(s["nodes"][:TABLE_ROWS])), escape(", ".join(s["faults"])),
+             escape(s["enable"])] for name, s in (cov.get("signals") or {}).items() if s.get("nodes")]
+    if not rows:
+        return f"<p>Every one of the {cov.get('nodes_scored', 0)} nodes scored sent every precursor signal.</p>"
+    inc = cov.get("incidents_on_blind_nodes") or []
+    head = (f'<p class="muted">A node that does not send a signal gives gpuops nothing to predict its classes from: '
+            f"its faults there are seen only when they happen. {len(inc)} incident(s) fell on such a node"
+            + (": " + escape(", ".join(f"{i['id']} ({i['fault']} on {i['node']})" for i in inc[:TABLE_ROWS])) if inc
+               else "") + ".</p>")
+    return head + _table(["signal", "nodes", "which", "warns of", "turn on"], rows)
+
+
 def write_html_report(report: Mapping[str, Any], path: str | Path) -> Path:
     """Write *report* (a replay report dict) as one self-contained HTML file at *path*.
 
@@ -380,6 +394,8 @@ def write_html_report(report: Mapping[str, Any], path: str | Path) -> Path:
     if model:
         parts += ["<h2>Missed incidents</h2>", _missed(model, base),
                   "<h2>False actions (model)</h2>", _false(model, decisions)]
+    if report.get("coverage"):
+        parts += ["<h2>Signals not sent</h2>", _coverage(report["coverage"])]
     parts += ["<h2>The replay run</h2>", _run_table(report.get("summary") or {})]
     title = escape(f"gpuops replay — {report.get('recording', '')}")
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'

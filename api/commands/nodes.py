@@ -1,4 +1,5 @@
-"""``gpuops nodes`` and ``gpuops node NAME``: the fleet and one node, from the API."""
+"""``gpuops nodes``, ``gpuops node NAME`` and ``gpuops coverage``: the fleet, one node, and the precursor signals
+nodes do not send, from the API."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from api.commands.remote import JsonOpt, TokenOpt, UrlOpt
 def register(app: typer.Typer) -> None:
     app.command("nodes")(nodes)
     app.command("node")(node)
+    app.command("coverage")(coverage)
 
 
 def nodes(state: Optional[str] = typer.Option(None, "--state", help="Only ok, at_risk, held or unknown."),
@@ -62,6 +64,9 @@ def node(name: str = typer.Argument(..., help="Node name."),
                       + (f", {then} when taken out" if then is not None else ""))
         for w in hold.get("waiting_for") or ["nothing: it is resumed at the next tick"]:
             out.print("  resume waits for: " + escape(w))
+    if n.get("blind_signals"):
+        out.print(f"  does not send: {', '.join(n['blind_signals'])} (its faults of those classes are seen only when "
+                  "they happen: gpuops coverage says what to enable)")
     for k, v in (n.get("reasons") or {}).items():
         out.print(f"  because ({escape(str(k))}): {escape(str(v))}")
     for k, v in (n.get("detail") or {}).items():
@@ -73,3 +78,26 @@ def node(name: str = typer.Argument(..., help="Node name."),
         out.print("  event: " + escape(", ".join(f"{k}={v}" for k, v in e.items() if k != "node")))
     if n.get("actions"):
         out.print(action_table(n["actions"], title="recent actions"))
+
+
+def coverage(url: str = UrlOpt, token: Optional[str] = TokenOpt, as_json: bool = JsonOpt) -> None:
+    """The precursor signals nodes do not send: per signal, the nodes, the faults it warns of, what to enable."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from api.commands.remote import api, console, print_json, when
+
+    with api(url, token) as c:
+        body = c.coverage()
+    if as_json:
+        print_json(body)
+        return
+    t = Table(title=f"precursor signals not sent, {body['nodes_known']} nodes known (scores at {when(body.get('ts'))} "
+              "UTC)", title_justify="left")
+    for col in ("signal", "nodes", "warns of", "turn on"):
+        t.add_column(col, justify="right" if col == "nodes" else "left")
+    for s in body["signals"]:
+        few = ", ".join(s["nodes"][:3]) + (f" (+{s['count'] - 3})" if s["count"] > 3 else "")
+        t.add_row(s["signal"], f"{s['count']}" + (f": {escape(few)}" if s["count"] else ""), ", ".join(s["faults"]),
+                  escape(s["enable"]) if s["count"] else "")
+    console().print(t)

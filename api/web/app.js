@@ -146,7 +146,10 @@ async function nodePage(view, name) {
   view.replaceChildren(
     h("h1", {}, h("span", { class: "badge " + n.state }, n.state), " ", n.node),
     kv({ risk: pct(n.risk), fault: n.fault || "none", gpu: n.gpu, anomaly: n.anomaly,
-         rule: n.rule ?? "none", "last score": time(n.ts) }),
+         rule: n.rule ?? "none", "last score": time(n.ts),
+         // precursor signals this node does not send: its faults of those classes are seen only when they happen
+         "signals not sent": n.blind_signals == null ? "not known yet"
+           : n.blind_signals.length ? n.blind_signals.join(", ") + " (see GET /v1/coverage)" : "none" }),
     n.hold ? holdPanel(n.hold) : "",
     h("h2", {}, "Risk over time"), plot(n.history),
     h("p", { class: "muted" }, "solid: failure risk; dashed: anomaly; dotted: the at-risk line"),

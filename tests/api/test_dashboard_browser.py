@@ -71,6 +71,8 @@ def test_an_operator_signs_in_opens_a_node_and_approves_its_waiting_drain(
     assert "proposed" in row and waiting.reason[:40] in row
     assert read(browser, "#risk-plot path.risk", lambda e: e.get_attribute("d")).startswith("M")
     assert node in read(browser, "main h1", lambda e: e.text)
+    # the embedded fleet sends every precursor signal: once three ticks said so, the page says none is missing
+    assert "signals not sent" in read(browser, "main dl", lambda e: e.text)
     shot(browser, artefacts, "03-node")
 
     find(browser, "#nav-actions").click()

@@ -43,6 +43,20 @@ def test_node_shows_why_and_its_actions(gpuops):
     assert "resume waits for: a rule still fires: XID 79 fell off the bus" in r.output
 
 
+def test_coverage_and_node_name_the_signals_a_node_does_not_send_and_what_to_enable(gpuops, api_ctx):
+    from tests.api.test_coverage_api import feed
+
+    feed(api_ctx, [{3: ["ecc", "nvlink"]}] * 3)
+    r = gpuops("coverage", role="viewer")
+    assert r.exit_code == 0, r.output
+    ecc = next(ln for ln in r.output.splitlines() if ln.strip("│ ").startswith("ecc"))
+    assert "1: n00003" in ecc and "hbm_ecc" in ecc and "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" in ecc
+    body = json.loads(gpuops("coverage", "--json", role="viewer").stdout)
+    assert {s["signal"]: s["count"] for s in body["signals"]}["nvlink"] == 1
+    assert "does not send: ecc, nvlink" in gpuops("node", "n00003", role="viewer").output
+    assert "does not send" not in gpuops("node", "n00002", role="viewer").output
+
+
 def test_drain_is_a_dry_run_recorded_as_the_caller_and_listed_afterwards(gpuops, api_ctx):
     r = gpuops("drain", "n00003", "--reason", "ECC storm", "--json")
     assert r.exit_code == 0, r.output

@@ -6,6 +6,7 @@ import base64
 import re
 import sys
 
+import numpy as np
 import pytest
 
 import matplotlib  # noqa: F401  (the `test` extra installs it: these tests render the plots)
@@ -124,3 +125,17 @@ def test_the_false_action_budget_shows_how_prediction_holds_ended_and_what_it_br
     assert "No hold taken on a prediction ended" in write_html_report(rep, tmp_path / "r2.html").read_text()
     del rep["false_budget"]
     assert "False-action budget" not in write_html_report(rep, tmp_path / "r3.html").read_text()
+
+
+def test_the_signals_nodes_did_not_send_are_listed_with_what_to_enable_and_the_incidents_there(tmp_path):
+    from models.coverage import CoverageTally, bits_of
+
+    tally = CoverageTally()
+    for _ in range(3):
+        tally.add(np.array(["n-a", EVIL], object), np.array([bits_of(["ecc"]), bits_of(["nvlink"])]))
+    report = _report() | {"coverage": tally.report(_report()["incidents"])}
+    page = write_html_report(report, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<h2>Signals not sent</h2>" in page and "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" in page
+    assert "inc-1 (hbm_ecc on n-a)" in page and "<script>" not in page        # the node name escaped
+    report["coverage"] = CoverageTally().report([])
+    assert "sent every precursor signal" in write_html_report(report, tmp_path / "r.html").read_text(encoding="utf-8")
