@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collector.schema import FaultClass
+from collector.sources.dcgm import PRECURSOR_FIELDS as _DCGM
 from pipeline.batch import FeatureBatch
 
 
@@ -38,17 +39,14 @@ class Signal:
 _F = FaultClass
 #: the signals, in bit order (``NodeScores.blind`` bit *k* is ``SIGNALS[k]``); new ones go at the end
 SIGNALS: tuple[Signal, ...] = (
-    Signal("ecc", "ecc_sbe_per_h_long", (_F.HBM_ECC,),
-           "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, DCGM_FI_DEV_ECC_DBE_VOL_TOTAL (and the _AGG_ pair)"),
-    Signal("nvlink", "nvlink_crc_per_min_long", (_F.NVLINK,),
-           "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, "
-           "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),
-    Signal("pcie", "pcie_replay_per_min_long", (_F.PCIE, _F.GPU_OFF_BUS), "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
+    Signal("ecc", "ecc_sbe_per_h_long", (_F.HBM_ECC,), ", ".join(_DCGM["ecc"])),
+    Signal("nvlink", "nvlink_crc_per_min_long", (_F.NVLINK,), ", ".join(_DCGM["nvlink"])),
+    Signal("pcie", "pcie_replay_per_min_long", (_F.PCIE, _F.GPU_OFF_BUS), ", ".join(_DCGM["pcie"])),
     Signal("throttle", "throttle_hw_thermal_frac_long", (_F.THERMAL, _F.POWER),
            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before DCGM 3.3)"),
-    Signal("temperature", "temp_gpu_c_mean_long", (_F.THERMAL,), "DCGM_FI_DEV_GPU_TEMP"),
-    Signal("power", "power_w_mean_long", (_F.POWER,), "DCGM_FI_DEV_POWER_USAGE"),
-    Signal("clocks", "sm_clock_mhz_mean_long", (_F.FAIL_SLOW,), "DCGM_FI_DEV_SM_CLOCK"),
+    Signal("temperature", "temp_gpu_c_mean_long", (_F.THERMAL,), ", ".join(_DCGM["temperature"])),
+    Signal("power", "power_w_mean_long", (_F.POWER,), ", ".join(_DCGM["power"])),
+    Signal("clocks", "sm_clock_mhz_mean_long", (_F.FAIL_SLOW,), ", ".join(_DCGM["clocks"])),
     Signal("ib_ports", "net_ports", (_F.IB_LINK,),
            "the agent's infiniband source (port counters under /sys/class/infiniband/*/ports/*/counters)"),
 )

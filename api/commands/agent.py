@@ -69,6 +69,8 @@ def compose_agent(settings: Any, once: bool = False, nvml: Any = None, sink: Any
             the_agent.health_extras["nvml"] = lambda: _nvml_health(nv)
         if "redfish" in names:
             the_agent.health_extras["redfish"] = by_name["redfish"].health
+        if "dcgm" in names:
+            the_agent.health_extras["dcgm"] = by_name["dcgm"].health
         if settings.commands_enabled and not once:
             from collector.command_loop import attach_commands
 

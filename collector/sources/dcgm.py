@@ -67,6 +67,21 @@ DCGM_FIELDS: dict[str, str] = {
     "DCGM_FI_DEV_XID_ERRORS": "xid_last",
 }
 
+#: The precursor signals gpuops predicts from (models/coverage.py), by the DCGM fields that carry each. dcgm-exporter's
+#: default counters file sends none of the ECC, NVLink-error or clock-event ones (they are commented out there), and
+#: a node without them has its HBM and NVLink faults seen only when their XID arrives.
+PRECURSOR_FIELDS: dict[str, tuple[str, ...]] = {
+    "ecc": ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
+    "nvlink": ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+               "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),
+    "pcie": ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",),
+    "throttle": ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    "temperature": ("DCGM_FI_DEV_GPU_TEMP",),
+    "power": ("DCGM_FI_DEV_POWER_USAGE",),
+    "clocks": ("DCGM_FI_DEV_SM_CLOCK",),
+}
+
 _GPU_VALUE_COLUMNS = tuple(c.name for c in GPU_COLUMNS if c.name not in ("ts", "node", "gpu", "gpu_uuid", "pci_bus_id"))
 _DTYPE = {c.name: c.dtype for c in GPU_COLUMNS}
 _GPU_LABEL_RE = re.compile(r"[0-9]{1,5}")
@@ -90,6 +105,15 @@ def parse_exposition(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
         labels = {k: v.replace('\\"', '"').replace("\\\\", "\\")
                   for k, v in _LABEL_RE.findall(m.group("labels") or "")}
         yield m.group("name"), labels, value
+
+
+def missing_signals(rows: list[Record]) -> tuple[str, ...]:
+    """The precursor signals of :data:`PRECURSOR_FIELDS` no GPU of a scrape's *rows* has a value for (none when
+    there is no GPU)."""
+    if not rows:
+        return ()
+    cols = {name: {DCGM_FIELDS[f] for f in fields} for name, fields in PRECURSOR_FIELDS.items()}
+    return tuple(name for name, cs in cols.items() if all(r.get(c) is None for r in rows for c in cs))
 
 
 def scrape_to_rows(text: str, node: str, now: float) -> list[Record]:
@@ -126,6 +150,8 @@ class DcgmSource:
         self.url = url
         self.timeout_s = timeout_s
         self._is_http = url.startswith(("http://", "https://"))
+        #: the precursor signals the exporter's last scrape had no value for (None: no scrape yet)
+        self.missing: tuple[str, ...] | None = None
         if not self._is_http:
             path = Path(url.removeprefix("file://"))
             if not path.is_file():
@@ -158,8 +184,25 @@ class DcgmSource:
             raise TransientSourceError(f"dcgm: scrape of {self.url} failed: {e}", retry_after_s=None) from e
 
     def sample(self, now: float) -> SourceBatch:
-        """One row per GPU the exporter reports."""
-        return SourceBatch(gpu=scrape_to_rows(self.fetch(), self.node, now))
+        """One row per GPU the exporter reports. The first scrape, and any that changes it, logs the precursor
+        signals it has no value for (a warning: gpuops cannot predict their faults on this node)."""
+        rows = scrape_to_rows(self.fetch(), self.node, now)
+        missing = missing_signals(rows)
+        if rows and missing != self.missing:
+            if missing:
+                log.warning("dcgm: %s sends no %s counters: gpuops sees this node's faults of those classes only when "
+                            "they happen. Turn on %s in the exporter's counters file (docs/operations.md, \"What gpuops "
+                            "cannot see on your fleet\")", self.url, ", ".join(missing),
+                            ", ".join(f for m in missing for f in PRECURSOR_FIELDS[m]))
+            elif self.missing:
+                log.info("dcgm: %s now sends every precursor signal", self.url)
+            self.missing = missing
+        return SourceBatch(gpu=rows)
+
+    def health(self) -> dict:
+        """The agent health record's ``dcgm`` section: the precursor signals the last scrape had no value for
+        (``missing_signals``; null before the first scrape)."""
+        return {"missing_signals": None if self.missing is None else list(self.missing)}
 
     def close(self) -> None:
         """Nothing held between scrapes."""

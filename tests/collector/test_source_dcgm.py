@@ -12,7 +12,7 @@ import pytest
 
 from collector.schema import RecordType, validate_record
 from collector.sources.base import PermanentSourceError, TransientSourceError
-from collector.sources.dcgm import DCGM_FIELDS, DcgmSource, parse_exposition, scrape_to_rows
+from collector.sources.dcgm import DCGM_FIELDS, DcgmSource, missing_signals, parse_exposition, scrape_to_rows
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,3 +145,36 @@ def test_values_and_gpu_labels_no_column_can_hold_are_null_or_ignored_and_never_
     assert r1["util_gpu"] == 1e23
     for r in rows:
         assert validate_record(r, RecordType.GPU) is None
+
+
+def test_a_real_scrape_without_ecc_or_nvlink_error_counters_is_named_once_with_the_fields_to_enable(
+        shared_fixtures: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    src = DcgmSource("n", str(_scrape(shared_fixtures)))
+    with caplog.at_level("WARNING", logger="collector.sources.dcgm"):
+        src.sample(1.0)
+        src.sample(2.0)
+    assert src.missing == ("ecc", "nvlink")        # the real scrape: throttle, PCIe, power, clocks are there
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "sends no ecc, nvlink counters" in warned[0]
+    assert "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" in warned[0] and "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL" in warned[0]
+    full = tmp_path / "full.txt"
+    full.write_text(_scrape(shared_fixtures).read_text() + "\n" + "".join(
+        f'{f}{{gpu="{g}",UUID="GPU-{g}"}} 0\n' for f in ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                                                          "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL") for g in (0,)))
+    assert DcgmSource("n", str(full)).sample(1.0) and missing_signals(scrape_to_rows(full.read_text(), "n", 1.0)) == ()
+    assert missing_signals([]) == ()
+
+
+def test_the_agents_health_record_names_the_signals_its_exporter_does_not_send(shared_fixtures: Path) -> None:
+    from api.commands.agent import compose_agent
+    from collector.agent_settings import AgentSettings
+
+    settings = AgentSettings(node="n", sources="dcgm", sink="stdout", health_file=None,
+                             dcgm_url=str(_scrape(shared_fixtures)))
+    agent = compose_agent(settings, once=True)
+    try:
+        assert agent.health()["dcgm"] == {"missing_signals": None}
+        agent.sources[0].sample(1.0)
+        assert agent.health()["dcgm"] == {"missing_signals": ["ecc", "nvlink"]}
+    finally:
+        agent.close()

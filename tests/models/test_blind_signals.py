@@ -68,3 +68,11 @@ def test_a_replay_counts_a_node_blind_to_a_signal_it_did_not_send_on_half_its_ti
     assert rep["nodes_scored"] == 2 and rep["signals"]["ecc"]["nodes"] == ["a"] and rep["signals"]["ib_ports"]["nodes"] == []
     assert rep["incidents_on_blind_nodes"] == [{"id": "i1", "node": "a", "fault": "hbm_ecc", "predictable": True,
                                                 "signals": ["ecc"]}]
+
+
+def test_every_signal_the_dcgm_source_warns_of_is_one_the_scores_name_with_the_same_fields():
+    from collector.sources.dcgm import PRECURSOR_FIELDS
+
+    by = {s.name: s for s in SIGNALS}
+    for name, fields in PRECURSOR_FIELDS.items():
+        assert all(f in by[name].enable for f in fields if "THROTTLE" not in f and "EVENT" not in f), name
