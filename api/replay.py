@@ -369,6 +369,10 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     out = {"decisions": len(report["decisions"]), "gpu_samples_per_s": s["gpu_samples_per_s"]}
     if s.get("suppressed_by_cause"):     # what declared maintenance held back (policy-only path)
         out["suppressed_by_cause"] = s["suppressed_by_cause"]
+    cov = report.get("coverage") or {}
+    if blind := {k: len(v["nodes"]) for k, v in (cov.get("signals") or {}).items() if v.get("nodes")}:
+        # nodes that did not send a precursor signal: their faults of its classes are seen only when they happen
+        out["signals_not_sent"] = {"nodes": blind, "incidents_there": len(cov.get("incidents_on_blind_nodes") or [])}
     keys = ("recall", "predictive_recall", "median_lead_s", "false_actions_per_1k_node_days", "alerts_per_1k_node_days",
             "caught", "node_fault_incidents", "actions_by_grade", "actions_by_follow_up")
     if m:

@@ -1,0 +1,26 @@
+"""A replay says which nodes did not send a precursor signal: the default-exporter nodes of a drawn world."""
+
+from __future__ import annotations
+
+from api.replay import Replayer, build_report, headline
+from collector.simulator import simulate_recording
+from models.bundle import ModelBundle
+from remediation.config import PolicyConfig
+from tests.collector.test_worlds import _cfg
+
+
+def test_the_report_names_the_nodes_on_dcgm_exporters_default_counters_and_nothing_else(tmp_path):
+    cfg = _cfg(seed=211, nodes=12, hours=2.0)
+    simulate_recording(cfg, tmp_path / "rec")
+    default = sorted(n for n, d in zip(cfg.node_names(), cfg.world.exporter_default) if d)
+    assert default, "the test world has no node on the default exporter set"
+    policy = PolicyConfig()
+    rep = build_report(tmp_path / "rec", Replayer(ModelBundle.rules_only(), policy).run(tmp_path / "rec"), {}, policy)
+    cov = rep["coverage"]
+    assert cov["nodes_scored"] == 12
+    assert cov["signals"]["ecc"]["nodes"] == default and cov["signals"]["nvlink"]["nodes"] == default
+    assert {k for k, v in cov["signals"].items() if v["nodes"]} == {"ecc", "nvlink"}
+    on_blind = {i["id"] for i in cov["incidents_on_blind_nodes"]}
+    assert on_blind == {i["id"] for i in rep["incidents"] if i["node"] in default and i["fault"] in ("hbm_ecc", "nvlink")}
+    assert headline(rep)["signals_not_sent"] == {"nodes": {"ecc": len(default), "nvlink": len(default)},
+                                                 "incidents_there": len(on_blind)}
