@@ -57,11 +57,13 @@ GENERATIONS: dict[str, GpuProfile] = {
 
 #: Fields a dcgm-exporter on its default counter set does not export (null, never 0).
 #: robust-detection.md §6 "dcgm-exporter defaults": ECC, retired-page and NVLink error
-#: counters commented out; violation times and the pending-remap gauge not in the default set.
+#: counters commented out; violation times and the pending-remap gauge not in the default set;
+#: and no clock-event (throttle) reasons field at all (../shared/fixtures/dcgm_exporter/counters/
+#: default-counters.csv, dcgm-exporter d5e5f51; candidate SC, bench/results/robustness.md).
 EXPORTER_DEFAULT_MISSING: tuple[str, ...] = (
     "ecc_sbe_vol", "ecc_dbe_vol", "ecc_sbe_agg", "ecc_dbe_agg", "retired_pages_sbe", "retired_pages_dbe",
     "retired_pages_pending", "nvlink_crc_flit_err", "nvlink_crc_data_err", "nvlink_replay_err",
-    "nvlink_recovery_err", "thermal_violation_us", "power_violation_us", "row_remap_pending",
+    "nvlink_recovery_err", "thermal_violation_us", "power_violation_us", "row_remap_pending", "throttle_reasons",
 )
 
 #: Optional fields a device or exporter may not report at all (null), by group: the column(s)
