@@ -2,8 +2,8 @@
 
 A fleet whose exporter leaves a counter out gives gpuops nothing to predict that class from:
 dcgm-exporter's default counter set (``../shared/fixtures/dcgm_exporter/counters/default-counters.csv``)
-has the ECC, NVLink-error, violation and clock-event (throttle) fields commented out, so on such a
-node an HBM or NVLink fault is caught only when its XID arrives. On the tuning ground every NVLink
+has the ECC, NVLink-error and violation fields commented out and no clock-event (throttle) field at
+all, so on such a node an HBM or NVLink fault is caught only when its XID arrives. On the tuning ground every NVLink
 fault caught only at its XID was on such a node (bench/results/robustness.md, twenty-ninth session).
 The operator can fix that in the exporter's counters file; this module tells them where.
 

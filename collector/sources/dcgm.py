@@ -68,8 +68,9 @@ DCGM_FIELDS: dict[str, str] = {
 }
 
 #: The precursor signals gpuops predicts from (models/coverage.py), by the DCGM fields that carry each. dcgm-exporter's
-#: default counters file sends none of the ECC, NVLink-error or clock-event ones (they are commented out there), and
-#: a node without them has its HBM and NVLink faults seen only when their XID arrives.
+#: default counters file sends none of the ECC, NVLink-error or clock-event ones (the first two are commented out
+#: there, the last is not listed), and a node without them has its HBM and NVLink faults seen only when their XID
+#: arrives.
 PRECURSOR_FIELDS: dict[str, tuple[str, ...]] = {
     "ecc": ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
             "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
