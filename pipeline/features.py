@@ -71,7 +71,9 @@ _PEERS = (
 BUSY_UTIL_PCT = 10.0
 #: a GPU's clock deficit feeds its trend (straggler) only in a minute of steady work (not a job's start,
 #: end or checkpoint dip, whose minute mixes in idle clocks) without thermal slowdown (a hot GPU slows
-#: itself and says so: the thermal class's matter)
+#: itself and says so: the thermal class's matter). A GPU that does not say (no throttle reasons sent,
+#: as on dcgm-exporter's default counters) has no steady minute: its hot slowdown would read as a
+#: straggler (candidate SU, bench/results/robustness.md, twenty-ninth session)
 STEADY_UTIL_PCT = 50.0
 #: a node whose GPU was held by HW power brake this share of the long window (90 s of 30 min) has braked:
 #: what rule hw_power_brake asks of a node's own brake, and what other_nodes_power_brake_long counts
@@ -150,7 +152,8 @@ def _build() -> tuple[tuple[str, str, str], ...]:
            f"short-window SM clock, for a busy GPU (utilisation >= {BUSY_UTIL_PCT:g} %); NaN while it idles: an idle "
            "GPU beside busy ones (a node shared by several jobs) is not slow")]
     f += [("sm_clock_deficit_vs_busy_peers_trend", "ratio", "sm_clock_deficit_vs_busy_peers averaged over the GPU's "
-           f"minutes of steady work (utilisation >= {STEADY_UTIL_PCT:g} %, no thermal slowdown), from 0, time constant "
+           f"minutes of steady work (utilisation >= {STEADY_UTIL_PCT:g} %, throttle reasons sent and no thermal "
+           "slowdown), from 0, time constant "
            f"{TREND_TAU_S / 60:g} min (other minutes decay it towards 0; one without a sample of the GPU is "
            "skipped); NaN in any other minute. A straggler stays slow; a GPU at its power cap dips and comes back")]
     # ---- sixth set: whether a brake is the node's own
@@ -426,9 +429,9 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
 
     frozen = None if muted is None else muted[nodes]
     baselines.clock.ensure(gpus.n)
-    with np.errstate(invalid="ignore"):
-        steady = ((own[_UTIL_MED] >= STEADY_UTIL_PCT) & ~(f[_SW_THERMAL_SHORT] >= 0.5)
-                  & ~(f[_HW_THERMAL_SHORT] >= 0.5))
+    with np.errstate(invalid="ignore"):  # a share not sent (NaN) is not "no slowdown": unknown is not clean (SU)
+        steady = ((own[_UTIL_MED] >= STEADY_UTIL_PCT) & (f[_SW_THERMAL_SHORT] < 0.5)
+                  & (f[_HW_THERMAL_SHORT] < 0.5))
     f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s,
                                                np.where(steady, f[_BUSY_DEFICIT], np.nan), frozen,
                                                unread=f[_SAMPLES_SHORT] == 0)

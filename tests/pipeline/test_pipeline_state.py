@@ -271,3 +271,15 @@ def test_a_straggler_trend_builds_over_minutes_of_steady_work_and_not_from_heat_
     last = trend[max(trend)]
     assert last[[6, 7]].isna().all()                                       # heat and part-time work do not feed it
     assert last.drop([5, 6, 7]).abs().max() < 0.02
+
+
+def test_a_gpu_that_sends_no_throttle_reasons_cannot_say_its_slowdown_is_not_heat_so_its_trend_never_builds() -> None:
+    fleet = Fleet(nodes=1, gpus=8, samples=20 * 6, interval_s=10.0)
+    g = gpu_frame(fleet)
+    g["util_gpu"], g["throttle_reasons"] = 95.0, 0.0
+    slow, mute = (g.gpu == 5), (g.gpu == 4)
+    g.loc[slow | mute, "sm_clock_mhz"] = 1980.0 * 0.7                      # both 30 % under their peers
+    g.loc[mute, "throttle_reasons"] = np.nan                               # ... one on an exporter without the field
+    last = run(g)
+    last = last[max(last)].set_index("gpu")["sm_clock_deficit_vs_busy_peers_trend"]
+    assert last[5] >= 0.15 and np.isnan(last[4])                            # unknown is not clean (candidate SU)
