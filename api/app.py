@@ -61,8 +61,8 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.state.ctx = ctx
     ctx.metrics.bind(nodes=ctx.nodes, engine=ctx.engine, is_leader=ctx.is_leader)
     errors.install(app)
-    for r in (nodes.router, coverage.router, actions.router, silences.router, engine.router, models.router, replays.router,
-              health.router):
+    for r in (nodes.router, coverage.router, actions.router, silences.router, engine.router, models.router,
+              replays.router, health.router):
         app.include_router(r)
     ui.mount(app)
     app.add_middleware(_Latency, metrics=ctx.metrics)

@@ -343,8 +343,9 @@ def _budget(fb: Mapping[str, Any]) -> str:
 
 def _coverage(cov: Mapping[str, Any]) -> str:
     """The precursor signals nodes did not send (models/coverage.py), and the incidents on such nodes."""
-    rows = [[escape(name), str(len(s["nodes"])), escape(", ".join(s["nodes"][:TABLE_ROWS])), escape(", ".join(s["faults"])),
-             escape(s["enable"])] for name, s in (cov.get("signals") or {}).items() if s.get("nodes")]
+    rows = [[escape(name), str(len(s["nodes"])), escape(", ".join(s["nodes"][:TABLE_ROWS])),
+             escape(", ".join(s["faults"])), escape(s["enable"])]
+            for name, s in (cov.get("signals") or {}).items() if s.get("nodes")]
     if not rows:
         return f"<p>Every one of the {cov.get('nodes_scored', 0)} nodes scored sent every precursor signal.</p>"
     inc = cov.get("incidents_on_blind_nodes") or []

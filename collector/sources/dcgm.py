@@ -192,8 +192,8 @@ class DcgmSource:
         if rows and missing != self.missing:
             if missing:
                 log.warning("dcgm: %s sends no %s counters: gpuops sees this node's faults of those classes only when "
-                            "they happen. Turn on %s in the exporter's counters file (docs/operations.md, \"What gpuops "
-                            "cannot see on your fleet\")", self.url, ", ".join(missing),
+                            "they happen. Turn on %s in the exporter's counters file (docs/operations.md, "
+                            "\"What gpuops cannot see on your fleet\")", self.url, ", ".join(missing),
                             ", ".join(f for m in missing for f in PRECURSOR_FIELDS[m]))
             elif self.missing:
                 log.info("dcgm: %s now sends every precursor signal", self.url)
