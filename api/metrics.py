@@ -15,8 +15,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from models.coverage import SIGNALS
-
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: engine.counts keys that are an action's outcome: "<outcome>_<kind>"
 _OUTCOMES = ("succeeded", "failed", "transient")
@@ -41,18 +39,15 @@ class _Live(Collector):
                                   "pcie, ...): their faults of its classes are seen only when they happen "
                                   "(GET /v1/coverage).", labels=["signal"])
         by_state: dict[str, int] = {"ok": 0, "at_risk": 0, "held": 0, "unknown": 0}
-        by_signal = {s.name: 0 for s in SIGNALS}
         if o.nodes is not None:
             for r in o.nodes.nodes():
                 risk.add_metric([r["node"]], float(r["risk"]))
                 anomaly.add_metric([r["node"]], float(r["anomaly"]))
                 by_state[r["state"]] = by_state.get(r["state"], 0) + 1
-                for name in r.get("blind_signals") or ():
-                    by_signal[name] = by_signal.get(name, 0) + 1
+            for sig in o.nodes.coverage()["signals"]:
+                blind.add_metric([sig["signal"]], sig["count"])
         for s, n in sorted(by_state.items()):
             states.add_metric([s], n)
-        for name, n in by_signal.items():
-            blind.add_metric([name], n)
         yield risk
         yield anomaly
         yield states

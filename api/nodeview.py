@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 import orjson
 
 from models.base import CLASSES
-from models.coverage import names_of
+from models.coverage import SIGNALS, names_of
 from models.node_scores import NodeScores
 
 #: node states the API shows
@@ -156,6 +156,23 @@ class NodeView:
         history = list(self._history.get(name, ()))
         events = list(self._events.get(name, ()))
         return {**row, "history": [{"ts": t, "risk": r, "anomaly": a} for t, r, a in history], "events": events}
+
+    def coverage(self) -> dict[str, Any]:
+        """Per signal of :data:`models.coverage.SIGNALS`: the nodes whose latest row says they do not send it
+        (sorted), the fault classes it warns of and what to enable; how many nodes the scorers said anything about
+        (a scorer older than the ``blind`` field says nothing), and when. ``GET /v1/coverage`` and ``/metrics``."""
+        snap = self._snap
+        blind: dict[str, list[str]] = {s.name: [] for s in SIGNALS}
+        known = 0
+        for name, r in snap.nodes.items():
+            if r.get("blind_signals") is None:
+                continue
+            known += 1
+            for n in r["blind_signals"]:
+                blind[n].append(name)
+        signals = [{"signal": s.name, "faults": [f.value for f in s.faults], "enable": s.enable,
+                    "nodes": sorted(blind[s.name]), "count": len(blind[s.name])} for s in SIGNALS]
+        return {"signals": signals, "nodes_known": known, "ts": snap.ts}
 
     def __len__(self) -> int:
         return len(self._snap.nodes)

@@ -16,6 +16,7 @@ reported in the long window. A node whose GPUs are all silent or lost is not bli
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,7 @@ _BY_NAME = {s.name: k for k, s in enumerate(SIGNALS)}
 #: a GPU counts as being read when one of these gauges has two or more samples in the long window
 _READ = tuple(f"{g}_slope_long" for g in ("util_gpu", "temp_gpu_c", "power_w", "sm_clock_mhz"))
 _NODE_LEVEL = frozenset({"ib_ports"})
+_SHIFTS = np.arange(len(SIGNALS), dtype=np.int64)
 
 
 def blind_bits(batch: FeatureBatch, starts: np.ndarray) -> np.ndarray | None:
@@ -105,21 +107,23 @@ class CoverageTally:
     port read slower than its GPUs, leaves a tick or two without a delta)."""
 
     def __init__(self) -> None:
-        self.ticks: dict[str, int] = {}
+        self.ticks: Counter[str] = Counter()
         self.blind: dict[str, np.ndarray] = {}
 
     def add(self, nodes: np.ndarray, bits: np.ndarray | None) -> None:
         """One tick: the scored *nodes* and their ``NodeScores.blind`` (None: not known, nothing counted)."""
         if bits is None:
             return
-        for n in nodes:
-            self.ticks[n] = self.ticks.get(n, 0) + 1
-        for i in np.flatnonzero(bits):
-            n, b = nodes[i], int(bits[i])
-            row = self.blind.get(n)
-            if row is None:
-                row = self.blind[n] = np.zeros(len(SIGNALS), np.int64)
-            row += [b >> k & 1 for k in range(len(SIGNALS))]
+        self.ticks.update(nodes.tolist())
+        some = np.flatnonzero(bits)
+        if not some.size:
+            return
+        for n, row in zip(nodes[some].tolist(), (bits[some, None] >> _SHIFTS) & 1):   # a 0/1 column per signal
+            acc = self.blind.get(n)
+            if acc is None:
+                self.blind[n] = row.copy()
+            else:
+                acc += row
 
     def node_bits(self) -> dict[str, int]:
         """node -> the signals it did not send on at least half of its scored ticks (nodes with none left out)."""
