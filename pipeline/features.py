@@ -72,9 +72,14 @@ BUSY_UTIL_PCT = 10.0
 #: a GPU's clock deficit feeds its trend (straggler) only in a minute of steady work (not a job's start,
 #: end or checkpoint dip, whose minute mixes in idle clocks) without thermal slowdown (a hot GPU slows
 #: itself and says so: the thermal class's matter). A GPU that does not say (no throttle reasons sent,
-#: as on dcgm-exporter's default counters) has no steady minute: its hot slowdown would read as a
-#: straggler (candidate SU, bench/results/robustness.md, twenty-ninth session)
+#: as on dcgm-exporter's default counters) says it by its temperature: under STEADY_COOL_C it is not
+#: slowing itself for heat; at or over it, or with no temperature, it has no steady minute, since its hot
+#: slowdown would read as a straggler (candidates SU and ST, bench/results/robustness.md, 29th-30th sessions)
 STEADY_UTIL_PCT = 50.0
+#: a GPU this cool is not in thermal slowdown: NVIDIA's SW thermal slowdown starts at the max operating
+#: temperature, 85 degC on A100 and 87 degC on H100/H200, HW slowdown at 89 degC (research/field-rates.md
+#: §2, from nvidia-smi -q dumps); 5 degC under the lowest of them
+STEADY_COOL_C = 80.0
 #: a node whose GPU was held by HW power brake this share of the long window (90 s of 30 min) has braked:
 #: what rule hw_power_brake asks of a node's own brake, and what other_nodes_power_brake_long counts
 BRAKE_LONG_FRAC = 0.05
@@ -152,8 +157,9 @@ def _build() -> tuple[tuple[str, str, str], ...]:
            f"short-window SM clock, for a busy GPU (utilisation >= {BUSY_UTIL_PCT:g} %); NaN while it idles: an idle "
            "GPU beside busy ones (a node shared by several jobs) is not slow")]
     f += [("sm_clock_deficit_vs_busy_peers_trend", "ratio", "sm_clock_deficit_vs_busy_peers averaged over the GPU's "
-           f"minutes of steady work (utilisation >= {STEADY_UTIL_PCT:g} %, throttle reasons sent and no thermal "
-           "slowdown), from 0, time constant "
+           f"minutes of steady work (utilisation >= {STEADY_UTIL_PCT:g} %, and no thermal slowdown: its throttle "
+           f"reasons say so, or, on a GPU that sends none, its temperature is under {STEADY_COOL_C:g} degC), from 0, "
+           "time constant "
            f"{TREND_TAU_S / 60:g} min (other minutes decay it towards 0; one without a sample of the GPU is "
            "skipped); NaN in any other minute. A straggler stays slow; a GPU at its power cap dips and comes back")]
     # ---- sixth set: whether a brake is the node's own
@@ -229,6 +235,7 @@ _MED_GAUGES = tuple(dict.fromkeys(p[1] for p in _PEERS + _FLEET))
 _MED_IDX = np.array([WINDOW_GAUGES.index(g) for g in _MED_GAUGES])
 _FLEET_COLS = np.array([FEATURE_INDEX[name] for name, _, _ in _FLEET], np.intp)
 _CLOCK_MED, _UTIL_MED = _MED_GAUGES.index("sm_clock_mhz"), _MED_GAUGES.index("util_gpu")
+_TEMP_MED = _MED_GAUGES.index("temp_gpu_c")
 _BUSY_DEFICIT = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers"]
 _DEFICIT_TREND = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers_trend"]
 _SW_THERMAL_SHORT, _HW_THERMAL_SHORT = (FEATURE_INDEX[f"throttle_{b}_frac_short"] for b in ("sw_thermal", "hw_thermal"))
@@ -429,9 +436,12 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
 
     frozen = None if muted is None else muted[nodes]
     baselines.clock.ensure(gpus.n)
-    with np.errstate(invalid="ignore"):  # a share not sent (NaN) is not "no slowdown": unknown is not clean (SU)
-        steady = ((own[_UTIL_MED] >= STEADY_UTIL_PCT) & (f[_SW_THERMAL_SHORT] < 0.5)
-                  & (f[_HW_THERMAL_SHORT] < 0.5))
+    # a share not sent (NaN) is not "no slowdown": unknown is not clean (SU); a GPU that sends no throttle
+    # reasons is read cool, not slowing for heat, by its temperature (ST)
+    sw, hw = f[_SW_THERMAL_SHORT], f[_HW_THERMAL_SHORT]
+    with np.errstate(invalid="ignore"):
+        cool = (sw < 0.5) & (hw < 0.5) | np.isnan(sw) & np.isnan(hw) & (own[_TEMP_MED] < STEADY_COOL_C)
+        steady = (own[_UTIL_MED] >= STEADY_UTIL_PCT) & cool
     f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s,
                                                np.where(steady, f[_BUSY_DEFICIT], np.nan), frozen,
                                                unread=f[_SAMPLES_SHORT] == 0)

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.features import STEADY_COOL_C
 from pipeline.settings import PipelineSettings
 from pipeline.stream import FeaturePipeline
 from tests.pipeline.synth import T0, Fleet, events_frame, gpu_frame, net_frame
@@ -273,13 +274,16 @@ def test_a_straggler_trend_builds_over_minutes_of_steady_work_and_not_from_heat_
     assert last.drop([5, 6, 7]).abs().max() < 0.02
 
 
-def test_a_gpu_that_sends_no_throttle_reasons_cannot_say_its_slowdown_is_not_heat_so_its_trend_never_builds() -> None:
+def test_a_gpu_that_sends_no_throttle_reasons_says_not_from_heat_by_its_temperature_or_not_at_all() -> None:
     fleet = Fleet(nodes=1, gpus=8, samples=20 * 6, interval_s=10.0)
     g = gpu_frame(fleet)
-    g["util_gpu"], g["throttle_reasons"] = 95.0, 0.0
-    slow, mute = (g.gpu == 5), (g.gpu == 4)
-    g.loc[slow | mute, "sm_clock_mhz"] = 1980.0 * 0.7                      # both 30 % under their peers
-    g.loc[mute, "throttle_reasons"] = np.nan                               # ... one on an exporter without the field
+    g["util_gpu"], g["throttle_reasons"], g["temp_gpu_c"] = 95.0, 0.0, 65.0
+    slow, cool, hot, blind = (g.gpu == 5), (g.gpu == 4), (g.gpu == 3), (g.gpu == 2)
+    g.loc[slow | cool | hot | blind, "sm_clock_mhz"] = 1980.0 * 0.7       # four GPUs 30 % under their peers
+    g.loc[cool | hot | blind, "throttle_reasons"] = np.nan                 # three on an exporter without the field:
+    g.loc[hot, "temp_gpu_c"] = STEADY_COOL_C + 4.0                         # one near NVIDIA's SW slowdown (85-87 degC)
+    g.loc[blind, "temp_gpu_c"] = np.nan                                    # one that sends no temperature either
     last = run(g)
     last = last[max(last)].set_index("gpu")["sm_clock_deficit_vs_busy_peers_trend"]
-    assert last[5] >= 0.15 and np.isnan(last[4])                            # unknown is not clean (candidate SU)
+    assert last[5] >= 0.15 and abs(last[4] - last[5]) < 1e-6              # cool: read as its reasons would say (ST)
+    assert np.isnan(last[3]) and np.isnan(last[2])                         # hot or unknown is not clean (SU)
