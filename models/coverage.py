@@ -43,8 +43,8 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("ecc", "ecc_sbe_per_h_long", (_F.HBM_ECC,), ", ".join(_DCGM["ecc"])),
     Signal("nvlink", "nvlink_crc_per_min_long", (_F.NVLINK,), ", ".join(_DCGM["nvlink"])),
     Signal("pcie", "pcie_replay_per_min_long", (_F.PCIE, _F.GPU_OFF_BUS), ", ".join(_DCGM["pcie"])),
-    # a straggler is read without it, "not from heat" by the GPU's temperature (ST, pipeline.features)
-    Signal("throttle", "throttle_hw_thermal_frac_long", (_F.THERMAL, _F.POWER),
+    # a straggler and a thermal fault are read without it, by the GPU's temperature (ST, TT): a power brake is not
+    Signal("throttle", "throttle_hw_thermal_frac_long", (_F.POWER,),
            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before DCGM 3.3)"),
     Signal("temperature", "temp_gpu_c_mean_long", (_F.THERMAL,), ", ".join(_DCGM["temperature"])),
     Signal("power", "power_w_mean_long", (_F.POWER,), ", ".join(_DCGM["power"])),

@@ -33,7 +33,7 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     (r"^(sm_clock_mhz|power_w|util_gpu)_mean_(short|long)$",
      "absolute clocks, power and utilisation are the GPU generation's and the workload's, not the "
      "part's health; deficits against peers carry the fail-slow signal"),
-    (r"^temp_(gpu|mem)_c_mean_(short|long)$",
+    (r"^temp_(gpu|mem)_c_mean_(short|long)$|^temp_gpu_c_without_reasons_short$",
      "a healthy GPU's temperature is its inlet air's, its cooling's and its generation's: idle GPUs "
      "of one fleet sit near ambient, below anything busy in another; the thermal signal is the rise "
      "(slope), the excess over peers and the throttle flags, and the rules read the levels"),

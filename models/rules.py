@@ -35,7 +35,7 @@ import numpy as np
 from collector.bmc_events import SEL_CLASSES
 from collector.schema import Action, FaultClass, FollowUp
 from collector.xid import CLASS_BY_NAME
-from pipeline.features import BRAKE_LONG_FRAC
+from pipeline.features import BRAKE_LONG_FRAC, HW_SLOWDOWN_C
 
 from .base import Detector, DetectorOutput, FeatureMismatch, class_index
 
@@ -162,6 +162,11 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     # GPU throttles and cools: taken back (bench/results/robustness.md, eleventh session)
     Rule("hw_thermal", "throttle_hw_thermal_frac_short", 0.5, _F.THERMAL, _A.DRAIN,
          "hardware thermal slowdown {value:.0%} of the time"),
+    # the same evidence from a GPU whose exporter sends no throttle reasons (dcgm-exporter's default
+    # counters): at NVIDIA's HW slowdown temperature it is in HW thermal slowdown, flag or not (TT)
+    Rule("hw_thermal_by_temperature", "temp_gpu_c_without_reasons_short", HW_SLOWDOWN_C, _F.THERMAL, _A.DRAIN,
+         "GPU at {value:.0f} degC, at or over NVIDIA's HW slowdown temperature, on an exporter that sends no "
+         "throttle reasons", inclusive=True),
     # a power brake on two or more nodes at once is a shared cause (a rack's PSU shelf or PDU, a
     # power-capping test; a rack holds a few nodes, a fleet's last rack maybe two): healthy nodes ride
     # it out, so it never drains them one by one. A node's own supply fails independently of its

@@ -80,6 +80,9 @@ STEADY_UTIL_PCT = 50.0
 #: temperature, 85 degC on A100 and 87 degC on H100/H200, HW slowdown at 89 degC (research/field-rates.md
 #: §2, from nvidia-smi -q dumps); 5 degC under the lowest of them
 STEADY_COOL_C = 80.0
+#: NVIDIA's HW thermal slowdown starts here on A100 and H100 (research/field-rates.md §2): a GPU this hot is in
+#: it, whether or not its exporter sends the flag (candidate TT, bench/results/robustness.md, 30th session)
+HW_SLOWDOWN_C = 89.0
 #: a node whose GPU was held by HW power brake this share of the long window (90 s of 30 min) has braked:
 #: what rule hw_power_brake asks of a node's own brake, and what other_nodes_power_brake_long counts
 BRAKE_LONG_FRAC = 0.05
@@ -188,6 +191,10 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     f += [("node_gpus_reading", "count", "GPUs of the node with a reading within retain_silent_s: what a node gpuops "
            "takes out had, and must have again before it is resumed (a scoring worker that restarted never saw a GPU "
            "lost before it)")]
+    # ---- eleventh set: what a GPU that sends no throttle reasons says by its temperature
+    f += [("temp_gpu_c_without_reasons_short", "degC", "short-window mean GPU temperature of a GPU that sends no "
+           "throttle reasons (dcgm-exporter's default counters), NaN on one that sends them (its slowdown flags say "
+           f"it): at {HW_SLOWDOWN_C:g} degC or more it is in HW thermal slowdown (rule hw_thermal_by_temperature)")]
     return tuple(f)
 
 
@@ -236,6 +243,7 @@ _MED_IDX = np.array([WINDOW_GAUGES.index(g) for g in _MED_GAUGES])
 _FLEET_COLS = np.array([FEATURE_INDEX[name] for name, _, _ in _FLEET], np.intp)
 _CLOCK_MED, _UTIL_MED = _MED_GAUGES.index("sm_clock_mhz"), _MED_GAUGES.index("util_gpu")
 _TEMP_MED = _MED_GAUGES.index("temp_gpu_c")
+_TEMP_WITHOUT_REASONS = FEATURE_INDEX["temp_gpu_c_without_reasons_short"]
 _BUSY_DEFICIT = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers"]
 _DEFICIT_TREND = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers_trend"]
 _SW_THERMAL_SHORT, _HW_THERMAL_SHORT = (FEATURE_INDEX[f"throttle_{b}_frac_short"] for b in ("sw_thermal", "hw_thermal"))
@@ -439,8 +447,10 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     # a share not sent (NaN) is not "no slowdown": unknown is not clean (SU); a GPU that sends no throttle
     # reasons is read cool, not slowing for heat, by its temperature (ST)
     sw, hw = f[_SW_THERMAL_SHORT], f[_HW_THERMAL_SHORT]
+    unsaid = np.isnan(sw) & np.isnan(hw)
+    f[_TEMP_WITHOUT_REASONS] = np.where(unsaid, own[_TEMP_MED], np.nan)
     with np.errstate(invalid="ignore"):
-        cool = (sw < 0.5) & (hw < 0.5) | np.isnan(sw) & np.isnan(hw) & (own[_TEMP_MED] < STEADY_COOL_C)
+        cool = (sw < 0.5) & (hw < 0.5) | unsaid & (own[_TEMP_MED] < STEADY_COOL_C)
         steady = (own[_UTIL_MED] >= STEADY_UTIL_PCT) & cool
     f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s,
                                                np.where(steady, f[_BUSY_DEFICIT], np.nan), frozen,

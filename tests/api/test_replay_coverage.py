@@ -22,7 +22,7 @@ def test_the_report_names_the_nodes_on_dcgm_exporters_default_counters_and_nothi
     assert all(cov["signals"][k]["nodes"] == default for k in lacking)
     assert {k for k, v in cov["signals"].items() if v["nodes"]} == set(lacking)
     on_blind = {i["id"] for i in cov["incidents_on_blind_nodes"]}
-    warned = ("hbm_ecc", "nvlink", "thermal", "power")    # a straggler is read by its temperature there (ST)
+    warned = ("hbm_ecc", "nvlink", "power")   # a straggler and a hot GPU are read by their temperature there (ST, TT)
     assert on_blind == {i["id"] for i in rep["incidents"] if i["node"] in default and i["fault"] in warned}
     assert headline(rep)["signals_not_sent"] == {"nodes": dict.fromkeys(lacking, len(default)),
                                                  "incidents_there": len(on_blind)}

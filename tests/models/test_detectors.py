@@ -360,6 +360,16 @@ def test_a_gpu_that_stays_well_under_its_busy_peers_clock_drains_as_a_straggler_
     assert _rule_on(sm_clock_deficit_vs_busy_peers_trend=np.nan, sm_clock_deficit_vs_busy_peers=np.nan) is None  # idle
 
 
+def test_a_gpu_without_throttle_reasons_at_the_hw_slowdown_temperature_drains_as_a_flagged_one_would():
+    hot = _rule_on(temp_gpu_c_without_reasons_short=89.0)            # NVIDIA's HW slowdown on A100 and H100
+    assert hot is not None and hot.name == "hw_thermal_by_temperature" and hot.action.value == "drain"
+    assert hot.fault.value == "thermal" and hot.follow_up is None and not hot.on_node
+    assert _rule_on(temp_gpu_c_without_reasons_short=88.5) is None    # warm, not in slowdown
+    assert _rule_on(temp_gpu_c_without_reasons_short=np.nan) is None  # it sends its reasons: hw_thermal reads them
+    flagged = _rule_on(throttle_hw_thermal_frac_short=1.0, temp_gpu_c_without_reasons_short=95.0)
+    assert flagged is not None and flagged.name == "hw_thermal"       # a row holds one or the other; the flag first
+
+
 def test_the_package_pins_the_scikit_learn_that_saved_the_shipped_model():
     import json
     import re

@@ -287,3 +287,15 @@ def test_a_gpu_that_sends_no_throttle_reasons_says_not_from_heat_by_its_temperat
     last = last[max(last)].set_index("gpu")["sm_clock_deficit_vs_busy_peers_trend"]
     assert last[5] >= 0.15 and abs(last[4] - last[5]) < 1e-6              # cool: read as its reasons would say (ST)
     assert np.isnan(last[3]) and np.isnan(last[2])                         # hot or unknown is not clean (SU)
+
+
+def test_a_gpu_that_sends_no_throttle_reasons_carries_its_temperature_for_the_hw_slowdown_rule() -> None:
+    fleet = Fleet(nodes=1, gpus=4, samples=3 * 6, interval_s=10.0)
+    g = gpu_frame(fleet)
+    g["throttle_reasons"], g["temp_gpu_c"] = 0.0, 70.0
+    g.loc[g.gpu.isin([2, 3]), "throttle_reasons"] = np.nan                # two on an exporter without the field
+    g.loc[g.gpu.isin([1, 3]), "temp_gpu_c"] = 91.0                        # ... one of them, and one beside, hot
+    last = run(g)
+    last = last[max(last)].set_index("gpu")["temp_gpu_c_without_reasons_short"]
+    assert np.isnan(last[0]) and np.isnan(last[1])                         # its flags say it (rule hw_thermal)
+    assert last[2] == pytest.approx(70.0) and last[3] == pytest.approx(91.0)
