@@ -201,8 +201,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     # 20 %, never under 15 %. A GPU at its power cap dips and comes back (DVFS); healthy parts of one
     # SKU at one cap sit within a few per cent of each other. Still slow now, so a GPU that has just
     # recovered does not drain. The trend reads only minutes of steady work without thermal slowdown
-    # (a hot GPU slows itself and says so; hot healthy GPUs touch SW thermal slowdown), and a GPU that
-    # sends no throttle reasons has none: it cannot say its slowdown is not heat (SU). A straggler is
+    # (a hot GPU slows itself and says so; hot healthy GPUs touch SW thermal slowdown); a GPU that sends
+    # no throttle reasons says so by its temperature, under 80 degC, or has none (SU, ST). A straggler is
     # its job's bottleneck, at least as busy as its peers (they wait for it): a GPU that works less than
     # its node's median is sharing or finishing. Drain lets the job finish; nothing here justifies a reset
     Rule("fail_slow_sustained", "sm_clock_deficit_vs_busy_peers_trend", STRAGGLER_TREND, _F.FAIL_SLOW, _A.DRAIN,
