@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from pipeline.features import FEATURE_NAMES, FEATURES
+from pipeline.features import FEATURE_NAMES, FEATURES, markdown_table
 from pipeline.settings import PipelineSettings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "pipeline.md"
@@ -23,6 +23,14 @@ def test_every_feature_is_documented_in_order_in_docs_pipeline_md() -> None:
     positions = [text.find(f"| `{name}` |") for name in FEATURE_NAMES]
     assert -1 not in positions, [n for n, p in zip(FEATURE_NAMES, positions) if p < 0]
     assert positions == sorted(positions)
+
+
+def test_the_documented_unit_and_meaning_of_every_feature_are_the_codes() -> None:
+    """A meaning changed in pipeline.features is changed in the doc too (`python -m pipeline.features`)."""
+    documented = set(DOC.read_text().splitlines())
+    rows = [r for r in markdown_table().splitlines() if r.startswith("| ") and r.split("|")[1].strip().isdigit()]
+    assert len(rows) == len(FEATURE_NAMES)
+    assert [r for r in rows if r not in documented] == []
 
 
 def test_windows_that_are_not_whole_buckets_are_refused_at_start_up() -> None:
