@@ -239,12 +239,12 @@ class NodeDetail(NodeRow):
         "reading, the clean time); a person's hold waits for that person (api/holds.py).")
     blind_signals: list[str] | None = Field(
         None, description="The precursor signals this node does not send (models/coverage.py: ecc, nvlink, pcie, "
-        "throttle, temperature, power, clocks, ib_ports): faults of their classes are seen here only when they "
+        "throttle, temperature, power, clocks, ib_ports, bmc): faults of their classes are seen here only when they "
         "happen. GET /v1/coverage says what to enable. null: the scorer does not say.")
 
 
 class SignalCoverage(BaseModel):
-    signal: str = Field(description="ecc, nvlink, pcie, throttle, temperature, power, clocks or ib_ports")
+    signal: str = Field(description="ecc, nvlink, pcie, throttle, temperature, power, clocks, ib_ports or bmc")
     faults: list[str] = Field(description="The fault classes whose precursor this signal carries.")
     enable: str = Field(description="What to turn on to send it (dcgm-exporter fields; the agent's source).")
     nodes: list[str] = Field(description="Nodes whose latest scores say a GPU being read does not send it.")

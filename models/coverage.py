@@ -9,9 +9,9 @@ The operator can fix that in the exporter's counters file; this module tells the
 
 Read from the features of one tick, no state: a GPU that is being read (two or more samples of a
 gauge in the long window, so that a counter it sends has a delta there) and whose long-window
-feature of a signal is NaN does not send that signal. ``ib_ports`` is the node's: no port of it
-reported in the long window. A node whose GPUs are all silent or lost is not blind, just dark
-(``NodeScores.gpus_lost``, the stale-telemetry job). Nothing in the policy reads it.
+feature of a signal is NaN does not send that signal. ``ib_ports`` and ``bmc`` are the node's: no port of
+it reported in the long window, no event of its BMC arrived in it. A node whose GPUs are all silent or lost
+is not blind, just dark (``NodeScores.gpus_lost``, the stale-telemetry job). Nothing in the policy reads it.
 """
 
 from __future__ import annotations
@@ -51,11 +51,17 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("clocks", "sm_clock_mhz_mean_long", (_F.FAIL_SLOW,), ", ".join(_DCGM["clocks"])),
     Signal("ib_ports", "net_ports", (_F.IB_LINK,),
            "the agent's infiniband source (port counters under /sys/class/infiniband/*/ports/*/counters)"),
+    # the node's BMC names a power or cooling fault's cause, and is the only witness of a supply failure that
+    # takes the node dark at once (bench/results/robustness.md, thirtieth session: every such loss left uncaught
+    # was on a node without one); its features are NaN for a node with no BMC event in the long window
+    Signal("bmc", "node_bmc_psu_fail_count_long", (_F.POWER, _F.THERMAL),
+           "the agent's ipmi or redfish source for this node's BMC (docs/collector.md)"),
 )
 _BY_NAME = {s.name: k for k, s in enumerate(SIGNALS)}
 #: a GPU counts as being read when one of these gauges has two or more samples in the long window
 _READ = tuple(f"{g}_slope_long" for g in ("util_gpu", "temp_gpu_c", "power_w", "sm_clock_mhz"))
-_NODE_LEVEL = frozenset({"ib_ports"})
+#: signals read from a count of what reports, where 0 is as blind as NaN (a node with no port reporting)
+_COUNTED = frozenset({"ib_ports"})
 _SHIFTS = np.arange(len(SIGNALS), dtype=np.int64)
 
 
@@ -74,7 +80,7 @@ def blind_bits(batch: FeatureBatch, starts: np.ndarray) -> np.ndarray | None:
         if s.feature not in names:
             continue
         col = batch.column(s.feature)
-        missing = ~np.isfinite(col) | (col <= 0) if s.name in _NODE_LEVEL else ~np.isfinite(col)
+        missing = ~np.isfinite(col) | (col <= 0) if s.name in _COUNTED else ~np.isfinite(col)
         bits |= np.where(read & missing, 1 << k, 0)
     return np.bitwise_or.reduceat(bits, starts)
 

@@ -1,4 +1,4 @@
-"""A replay says which nodes did not send a precursor signal: the default-exporter nodes of a drawn world."""
+"""A replay says which nodes did not send a precursor signal: a drawn world's default-exporter nodes, and its nodes without a BMC."""
 
 from __future__ import annotations
 
@@ -9,20 +9,23 @@ from remediation.config import PolicyConfig
 from tests.collector.test_worlds import _cfg
 
 
-def test_the_report_names_the_nodes_on_dcgm_exporters_default_counters_and_nothing_else(tmp_path):
-    cfg = _cfg(seed=211, nodes=12, hours=2.0)
+def test_the_report_names_the_nodes_on_dcgm_exporters_default_counters_and_without_a_bmc_and_nothing_else(tmp_path):
+    cfg = _cfg(seed=209, nodes=12, hours=2.0)
     simulate_recording(cfg, tmp_path / "rec")
     default = sorted(n for n, d in zip(cfg.node_names(), cfg.world.exporter_default) if d)
-    assert default, "the test world has no node on the default exporter set"
+    no_bmc = sorted(n for n, b in zip(cfg.node_names(), cfg.world.bmc_node) if not b)
+    assert default and no_bmc, "the test world has no node on the default exporter set, or none without a BMC"
     policy = PolicyConfig()
     rep = build_report(tmp_path / "rec", Replayer(ModelBundle.rules_only(), policy).run(tmp_path / "rec"), {}, policy)
     cov = rep["coverage"]
     assert cov["nodes_scored"] == 12
     lacking = ("ecc", "nvlink", "throttle")   # the counters file sends no ECC, NVLink-error or clock-event fields
     assert all(cov["signals"][k]["nodes"] == default for k in lacking)
-    assert {k for k, v in cov["signals"].items() if v["nodes"]} == set(lacking)
+    assert cov["signals"]["bmc"]["nodes"] == no_bmc
+    assert {k for k, v in cov["signals"].items() if v["nodes"]} == {*lacking, "bmc"}
     on_blind = {i["id"] for i in cov["incidents_on_blind_nodes"]}
     warned = ("hbm_ecc", "nvlink", "power")   # a straggler and a hot GPU are read by their temperature there (ST, TT)
-    assert on_blind == {i["id"] for i in rep["incidents"] if i["node"] in default and i["fault"] in warned}
-    assert headline(rep)["signals_not_sent"] == {"nodes": dict.fromkeys(lacking, len(default)),
+    assert on_blind == {i["id"] for i in rep["incidents"] if i["node"] in default and i["fault"] in warned
+                        or i["node"] in no_bmc and i["fault"] in ("power", "thermal")}
+    assert headline(rep)["signals_not_sent"] == {"nodes": {**dict.fromkeys(lacking, len(default)), "bmc": len(no_bmc)},
                                                  "incidents_there": len(on_blind)}

@@ -44,6 +44,14 @@ def test_a_node_with_zero_ports_reporting_is_blind_to_its_ports():
     assert names_of(int(blind_bits(batch([{"net_ports": 0.0}], ["a"]), starts(["a"]))[0])) == ["ib_ports"]
 
 
+def test_a_node_with_no_bmc_event_in_the_long_window_is_blind_to_its_bmc_and_one_with_no_failure_is_not():
+    nodes = ["a", "b"]
+    rows = [{"node_bmc_psu_fail_count_long": np.nan}, {"node_bmc_psu_fail_count_long": 0.0}]
+    bits = blind_bits(batch(rows, nodes), starts(nodes))
+    assert [names_of(int(b)) for b in bits] == [["bmc"], []]
+    assert blind_to(int(bits[0]), "power") == ["bmc"] and blind_to(int(bits[0]), "thermal") == ["bmc"]
+
+
 def test_signal_names_and_bits_round_trip_and_name_the_fault_classes_they_warn_of():
     assert names_of(bits_of([s.name for s in SIGNALS])) == [s.name for s in SIGNALS]
     assert bits_of(["no_such_signal"]) == 0
