@@ -55,7 +55,8 @@ SIGNALS: tuple[Signal, ...] = (
     # takes the node dark at once (bench/results/robustness.md, thirtieth session: every such loss left uncaught
     # was on a node without one); its features are NaN for a node with no BMC event in the long window
     Signal("bmc", "node_bmc_psu_fail_count_long", (_F.POWER, _F.THERMAL),
-           "the agent's ipmi or redfish source for this node's BMC (docs/collector.md)"),
+           "the agent's ipmi or redfish source for this node's BMC (docs/collector.md): its sensor readings each "
+           "minute say the BMC is read; SEL lines forwarded alone arrive only when something fails"),
 )
 _BY_NAME = {s.name: k for k, s in enumerate(SIGNALS)}
 #: a GPU counts as being read when one of these gauges has two or more samples in the long window
