@@ -17,8 +17,10 @@ Usage::
 ``--compare REV`` measures the code at git revision *REV* (checked out in a temporary
 worktree) against this checkout's working tree, one replay per process, alternating
 REV / this tree ``--runs`` times after one discarded warm-up run of each (numba loads or
-compiles its kernels there), with the same model and recording: these VMs drift by
-10-20 % within an hour, so only runs taken side by side compare two versions.
+compiles its kernels there), with the same recording and model: these VMs drift by
+10-20 % within an hour, so only runs taken side by side compare two versions. A ``--model``
+inside this checkout (``models/default``) is each revision's own copy, whose rules name that
+revision's features; a model directory outside it is shared.
 
 The glibc settings of shared/PERFORMANCE.md (``MALLOC_MMAP_THRESHOLD_=33554432
 MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_TOP_PAD_=268435456``) cut page-fault time
@@ -93,6 +95,14 @@ def run_in(root: Path, recording: Path, model: Path | None) -> dict:
     return run_row(json.loads(p.stdout.strip().splitlines()[-1]))
 
 
+def model_in(root: Path, model: Path | None) -> Path | None:
+    """*model* as checkout *root* has it: a model directory inside this checkout (``models/default``) is each
+    revision's own, since its rules name the features of that revision's pipeline; one outside is shared."""
+    if model is None or not model.is_relative_to(HERE):
+        return model
+    return root / model.relative_to(HERE)
+
+
 def compare(rev: str, recording: Path, model: Path | None, runs: int,
             runner=run_in) -> list[dict]:
     """Replays by the code at *rev* and by this working tree, alternating (see the module docstring):
@@ -108,11 +118,11 @@ def compare(rev: str, recording: Path, model: Path | None, runs: int,
                                  text=True).stdout.strip()
             trees = [(rev if rev.startswith(sha) else f"{rev} ({sha})", wt), ("this working tree", HERE)]
             for _, root in trees:
-                runner(root, recording, model)  # warm-up, discarded
+                runner(root, recording, model_in(root, model))  # warm-up, discarded
             got: dict[str, list[dict]] = {name: [] for name, _ in trees}
             for i in range(runs):
                 for name, root in trees:
-                    got[name].append(r := runner(root, recording, model))
+                    got[name].append(r := runner(root, recording, model_in(root, model)))
                     print(f"  run {i + 1}, {name}: {r['per_cpu_s']:,.0f} GPU samples/CPU-s ({r['cpu_s']:.1f} s CPU)",
                           flush=True)
         finally:

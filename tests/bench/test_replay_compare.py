@@ -39,6 +39,21 @@ def test_versions_alternate_after_one_warm_up_each_and_the_worktree_is_removed(t
     assert not rev_root.exists() and _worktrees() == before
 
 
+def test_a_model_inside_the_checkout_is_each_revisions_own_and_one_outside_is_shared(tmp_path) -> None:
+    seen: dict[Path, set] = {}
+
+    def fake(root: Path, recording: Path, model: Path | None) -> dict:
+        seen.setdefault(root, set()).add(model)
+        return {"cpu_s": 1.0, "wall_s": 1.0, "gpu_samples": 1.0, "per_cpu_s": 1.0, "per_wall_s": 1.0,
+                "read_s": 0.1, "pipeline_s": 0.1, "scoring_s": 0.1, "policy_s": 0.1}
+
+    compare("HEAD", tmp_path / "rec", HERE / "models" / "default", 1, runner=fake)
+    assert {r: m for r, m in seen.items()} == {r: {r / "models" / "default"} for r in seen} and HERE in seen
+    seen.clear()
+    compare("HEAD", tmp_path / "rec", tmp_path / "model", 1, runner=fake)   # a model trained elsewhere: shared
+    assert all(m == {tmp_path / "model"} for m in seen.values()) and len(seen) == 2
+
+
 def test_a_revision_git_does_not_know_is_a_clear_error() -> None:
     with pytest.raises(SystemExit, match="--compare no-such-rev-xyz: git could not check it out"):
         compare("no-such-rev-xyz", Path("rec"), None, 1, runner=lambda *a: {})
