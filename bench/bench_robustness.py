@@ -204,13 +204,14 @@ def by_class(rows: list[dict]) -> str:
 
 
 def blind_table(rows: list[dict]) -> str:
-    """Per group and fault class, the predictable incidents on a node that does not send that class's precursor
-    signal (models/coverage.py: an exporter without the ECC or NVLink error counters, say), and how many of those
-    were caught at least 60 s ahead all the same; and the nodes not sending each signal. Empty without coverage."""
+    """Per group and fault class, the predictable incidents on a node that does not send a signal of that class
+    (models/coverage.py: an exporter without the ECC or NVLink error counters, a node without a BMC feed), and how
+    many of those were caught at least 60 s ahead all the same; and the nodes not sending each signal. Empty without
+    coverage."""
     if not any(r.get("coverage") for r in rows):
         return ""
-    lines = ["| group | predictable incidents on a node not sending their precursor (caught ahead / of them), by "
-             "class | nodes not sending, by signal |", "|---|---|---|"]
+    lines = ["| group | predictable incidents on a node not sending a signal of their class (caught ahead / of them), "
+             "by class | nodes not sending, by signal |", "|---|---|---|"]
     for grp, rs in _groups(rows).items():
         per: dict[str, list[int]] = {}
         nodes: dict[str, int] = {}

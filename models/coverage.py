@@ -87,8 +87,15 @@ def blind_bits(batch: FeatureBatch, starts: np.ndarray) -> np.ndarray | None:
 
 
 def names_of(bits: int) -> list[str]:
-    """The signal names of a bit mask (``NodeScores.blind``), in :data:`SIGNALS` order."""
-    return [s.name for k, s in enumerate(SIGNALS) if bits >> k & 1]
+    """The signal names of a bit mask (``NodeScores.blind``), in :data:`SIGNALS` order. Every tick asks this of every
+    node (the scores' wire, the fleet view), and a fleet shows a handful of distinct masks: each is spelt once."""
+    names = _NAMES.get(bits)
+    if names is None:
+        names = _NAMES[bits] = tuple(s.name for k, s in enumerate(SIGNALS) if bits >> k & 1)
+    return list(names)
+
+
+_NAMES: dict[int, tuple[str, ...]] = {}
 
 
 def bits_of(names: list[str] | tuple[str, ...]) -> int:

@@ -108,13 +108,16 @@ def parse_exposition(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
         yield m.group("name"), labels, value
 
 
+#: the row columns each precursor signal arrives in
+_PRECURSOR_COLUMNS = {name: {DCGM_FIELDS[f] for f in fields} for name, fields in PRECURSOR_FIELDS.items()}
+
+
 def missing_signals(rows: list[Record]) -> tuple[str, ...]:
     """The precursor signals of :data:`PRECURSOR_FIELDS` no GPU of a scrape's *rows* has a value for (none when
     there is no GPU)."""
     if not rows:
         return ()
-    cols = {name: {DCGM_FIELDS[f] for f in fields} for name, fields in PRECURSOR_FIELDS.items()}
-    return tuple(name for name, cs in cols.items() if all(r.get(c) is None for r in rows for c in cs))
+    return tuple(name for name, cs in _PRECURSOR_COLUMNS.items() if all(r.get(c) is None for r in rows for c in cs))
 
 
 def scrape_to_rows(text: str, node: str, now: float) -> list[Record]:
