@@ -17,7 +17,7 @@ straggler at reduced clocks with no errors.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Collection
 
 import numpy as np
 
@@ -102,6 +102,40 @@ def _sbe_rate_reached(inc: "Incident", per_h: float) -> int | None:
     return int(ticks[hit[0]]) if len(hit) else None
 
 
+#: The fields an NVLink fault's precursor renders into (:func:`nvlink`; :func:`first_shown` reads it).
+NVLINK_PRECURSOR_FIELDS = ("nvlink_crc_flit_err", "nvlink_crc_data_err", "nvlink_replay_err", "nvlink_recovery_err")
+
+
+def _remap_ticks(inc: "Incident") -> list[int]:
+    """The ticks a failing HBM remaps a row (``remap_at``: shares of its precursor), each logging XID 63."""
+    start, span = inc.precursor_start(), inc.failure - inc.precursor_start()
+    return [start + int(rp * span) for rp in inc.params["remap_at"]]
+
+
+def first_shown(inc: "Incident", lacks: Collection[str]) -> int | None:
+    """The tick *inc*'s first precursor shows in the telemetry of a node that does not export the fields
+    *lacks* (spec/recording.md: ``onset_ts`` is when the first precursor appears in telemetry): its onset,
+    a later tick, or None when nothing shows before the failure. It reads what the effects below render
+    each precursor into, and must change with them:
+
+    * ``nvlink``: the four NVLink error counters and nothing else, so a node without them (dcgm-exporter's
+      default counters) shows nothing before XID 74;
+    * ``hbm_ecc``: without ``ecc_sbe_vol`` the corrected-error growth is unseen; what shows is the first row
+      remap (``remapped_rows_corr`` and the driver's XID 63) or XID 92 at SBE_XID92_PER_H, whichever is first;
+    * every other class shows in fields every node sends (GPU power and clocks, temperature, PCIe replays,
+      IB port counters).
+    """
+    if inc.onset is None or not lacks:
+        return inc.onset
+    lacking = set(lacks)
+    if inc.fault is FaultClass.NVLINK and set(NVLINK_PRECURSOR_FIELDS) <= lacking:
+        return None
+    if inc.fault is FaultClass.HBM_ECC and "ecc_sbe_vol" in lacking:
+        t92 = _sbe_rate_reached(inc, SBE_XID92_PER_H)
+        return min(_remap_ticks(inc) + ([] if t92 is None else [t92]))
+    return inc.onset
+
+
 def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
     g = ch.gpu_col(inc)
     pre, p, failed = _phases(ch, inc)
@@ -109,8 +143,7 @@ def hbm_ecc(ch: "Chunk", inc: "Incident") -> None:
     if inc.variant != "sudden" and p.size:
         ch.rate("ecc_sbe_vol")[pre, g] += _hbm_sbe_per_h(inc, p) * dt_h
         # a handful of rows remapped along the way; each stays pending until a GPU reset
-        start, span = inc.precursor_start(), inc.failure - inc.precursor_start()
-        remap_ticks = [start + int(rp * span) for rp in inc.params["remap_at"]]
+        remap_ticks = _remap_ticks(inc)
         for t in remap_ticks:
             if ch.a <= t < ch.b:
                 ch.inc("remapped_rows_corr")[t - ch.a, g] += 1

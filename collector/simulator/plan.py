@@ -19,12 +19,18 @@ from collector.schema import Action, FaultClass
 from .background import Background, draw_background
 from .bmc import BmcPlan, plan_bmc
 from .config import FIELD_RATE_PER_NODE_DAY, SimConfig
+from .faults import first_shown
+from .ranges import EXPORTER_DEFAULT_MISSING
 from .sampling import sample_masks
 from .workload import (GpuTraits, draw_traits, hot_offsets, load_levels, power_brakes, serving_timelines,
                        shared_occupancy)
 
 if TYPE_CHECKING:
     from .world import World
+
+#: spec/recording.md: predictive recall counts a catch at least this far ahead (s), so a precursor that shows
+#: later than this before its failure is no warning (``onset_ts`` null, ``predictable`` false).
+MIN_WARNING_S = 60.0
 
 #: Faults that hit one GPU; the others hit the node (or one of its network ports).
 GPU_FAULTS = frozenset({FaultClass.HBM_ECC, FaultClass.GPU_OFF_BUS, FaultClass.NVLINK,
@@ -52,13 +58,26 @@ class Incident:
     def precursor_start(self) -> int:
         return self.failure if self.onset is None else self.onset
 
+    def shown(self, cfg: SimConfig) -> int | None:
+        """The tick the first precursor appears in this node's telemetry (spec/recording.md ``onset_ts``):
+        ``onset``, unless the node does not export the fields it starts in (a node on dcgm-exporter's default
+        counters, :func:`.faults.first_shown`); None when nothing shows MIN_WARNING_S before the failure."""
+        lacks = EXPORTER_DEFAULT_MISSING if cfg.world is not None and cfg.world.exporter_default[self.node] else ()
+        tick = first_shown(self, lacks)
+        if tick is None or (self.failure - tick) * cfg.interval_s < MIN_WARNING_S:
+            return None
+        return tick
+
     def label(self, cfg: SimConfig, node_names: list[str]) -> dict[str, Any]:
-        """The ``incidents.jsonl`` line of spec/recording.md."""
+        """The ``incidents.jsonl`` line of spec/recording.md. The label's onset is where the precursor shows
+        (:meth:`shown`); rendering starts it at ``onset`` whether or not the node sends it."""
         t = lambda i: round(cfg.start_ts + i * cfg.interval_s, 3)  # noqa: E731
         action = _expected_action(self)
+        shown = self.shown(cfg)
         return {"id": self.id, "node": node_names[self.node], "gpu": self.gpu, "fault": self.fault.value,
-                "onset_ts": None if self.onset is None else t(self.onset), "failure_ts": t(self.failure),
-                "predictable": self.predictable, "action": action.value, "note": _note(self, cfg.world is not None)}
+                "onset_ts": None if shown is None else t(shown), "failure_ts": t(self.failure),
+                "predictable": self.predictable and shown is not None, "action": action.value,
+                "note": _note(self, cfg.world is not None, unseen=self.predictable and shown is None)}
 
 
 def _expected_action(inc: Incident) -> Action:
@@ -69,7 +88,10 @@ def _expected_action(inc: Incident) -> Action:
     return Action.DRAIN
 
 
-def _note(inc: Incident, drawn_world: bool = False) -> str:
+def _note(inc: Incident, drawn_world: bool = False, unseen: bool = False) -> str:
+    if unseen:   # a warned fault whose precursor this node does not export (Incident.shown)
+        return {FaultClass.NVLINK: "NVLink CRC/replay growth in counters the node does not export, then XID 74"
+                }.get(inc.fault, "a precursor in fields the node does not export, then the failure")
     if inc.fault is FaultClass.POWER and drawn_world:   # faults.power: a drawn world's node goes dark
         return {"warned": "intermittent power brake, then the node loses power and stops reporting",
                 "sudden": "the node loses power and stops reporting, no warning"}.get(inc.variant, "")
