@@ -11,6 +11,7 @@ import pytest
 from collector.recording import open_recording
 from collector.schema import FaultClass
 from collector.simulator import Simulator, simulate_recording
+from collector.simulator.faults import NVLINK_PRECURSOR_FIELDS
 from tests.collector.test_worlds import BUSY, _cfg
 
 #: half the nodes on the default counters; only the two classes whose precursor starts in fields those lack
@@ -51,7 +52,7 @@ def test_nvlink_on_default_counters_shows_nothing_before_xid_74_so_it_is_unpredi
         assert lab["onset_ts"] is None and lab["predictable"] is False, lab
         assert "does not export" in lab["note"]
         part = gpu[(gpu["node"] == lab["node"]) & (gpu["gpu"] == lab["gpu"])]
-        assert part["nvlink_crc_flit_err"].isna().all() and part["nvlink_replay_err"].isna().all()
+        assert all(part[col].isna().all() for col in NVLINK_PRECURSOR_FIELDS)
         xids = events[(events["kind"] == "xid") & (events["node"] == lab["node"]) & (events["gpu"] == lab["gpu"])]
         nvlink_xids = xids["code"].isin([74, *range(144, 151)])
         assert not (nvlink_xids & (xids["ts"] < lab["failure_ts"] - 5)).any()
