@@ -34,6 +34,16 @@ def _ts(cfg, tick):
     return round(cfg.start_ts + tick * cfg.interval_s, 3)
 
 
+def _warned_on_default(world, fault):
+    """(planned incident, label, its GPU's samples, its GPU's XIDs) of each warned *fault* on a default-counter node."""
+    _, planned, labels, default, events, gpu = world
+    out = [(p, lab, gpu[(gpu["node"] == lab["node"]) & (gpu["gpu"] == lab["gpu"])],
+            events[(events["kind"] == "xid") & (events["node"] == lab["node"]) & (events["gpu"] == lab["gpu"])])
+           for p, lab in zip(planned, labels) if lab["node"] in default and lab["fault"] == fault and p.predictable]
+    assert out, f"the test world has no warned {fault} fault on a default-counter node"
+    return out
+
+
 def test_a_node_that_sends_the_precursor_keeps_the_planned_onset(world):
     cfg, planned, labels, default, *_ = world
     kept = [(p, lab) for p, lab in zip(planned, labels) if lab["node"] not in default]
@@ -44,36 +54,25 @@ def test_a_node_that_sends_the_precursor_keeps_the_planned_onset(world):
 
 
 def test_nvlink_on_default_counters_shows_nothing_before_xid_74_so_it_is_unpredictable(world):
-    cfg, planned, labels, default, events, gpu = world
-    unseen = [(p, lab) for p, lab in zip(planned, labels)
-              if lab["node"] in default and lab["fault"] == "nvlink" and p.predictable]
-    assert unseen, "the test world has no warned NVLink fault on a default-counter node"
-    for p, lab in unseen:
+    for _, lab, part, xids in _warned_on_default(world, "nvlink"):
         assert lab["onset_ts"] is None and lab["predictable"] is False, lab
         assert "does not export" in lab["note"]
-        part = gpu[(gpu["node"] == lab["node"]) & (gpu["gpu"] == lab["gpu"])]
         assert all(part[col].isna().all() for col in NVLINK_PRECURSOR_FIELDS)
-        xids = events[(events["kind"] == "xid") & (events["node"] == lab["node"]) & (events["gpu"] == lab["gpu"])]
         nvlink_xids = xids["code"].isin([74, *range(144, 151)])
         assert not (nvlink_xids & (xids["ts"] < lab["failure_ts"] - 5)).any()
         assert (nvlink_xids & (xids["ts"] >= lab["failure_ts"] - 5)).any()   # and the failure itself is seen
 
 
 def test_hbm_on_default_counters_starts_at_its_first_row_remap_or_xid_92(world):
-    cfg, planned, labels, default, events, gpu = world
-    moved = [(p, lab) for p, lab in zip(planned, labels)
-             if lab["node"] in default and lab["fault"] == "hbm_ecc" and p.predictable]
-    assert moved, "the test world has no warned HBM fault on a default-counter node"
-    for p, lab in moved:
+    cfg = world[0]
+    for p, lab, part, xids in _warned_on_default(world, "hbm_ecc"):
         planned_ts = _ts(cfg, p.onset)
-        on_part = events[(events["kind"] == "xid") & (events["node"] == lab["node"]) & (events["gpu"] == lab["gpu"])
-                         & events["code"].isin([63, 92]) & (events["ts"] >= planned_ts - 5)
-                         & (events["ts"] < lab["failure_ts"])]
-        assert len(on_part), lab
+        shown = xids[xids["code"].isin([63, 92]) & (xids["ts"] >= planned_ts - 5) & (xids["ts"] < lab["failure_ts"])]
+        assert len(shown), lab
         assert lab["predictable"] is True and lab["onset_ts"] > planned_ts
         skew = cfg.world.skew_s[cfg.node_names().index(lab["node"])]   # the kernel log reads the node's own clock
-        assert on_part["ts"].min() == pytest.approx(lab["onset_ts"] + 0.25 + skew, abs=0.01), lab
+        assert shown["ts"].min() == pytest.approx(lab["onset_ts"] + 0.25 + skew, abs=0.01), lab
         # and the one counter those nodes send for it holds still until then
-        part = gpu[(gpu["node"] == lab["node"]) & (gpu["gpu"] == lab["gpu"]) & gpu["remapped_rows_corr"].notna()]
+        part = part[part["remapped_rows_corr"].notna()]
         before = part[(part["ts"] >= planned_ts) & (part["ts"] < lab["onset_ts"] - abs(skew) - 1)]["remapped_rows_corr"]
         assert len(before) and np.ptp(before.to_numpy()) == 0
