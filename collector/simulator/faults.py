@@ -104,6 +104,7 @@ def _sbe_rate_reached(inc: "Incident", per_h: float) -> int | None:
 
 #: The fields an NVLink fault's precursor renders into (:func:`nvlink`; :func:`first_shown` reads it).
 NVLINK_PRECURSOR_FIELDS = ("nvlink_crc_flit_err", "nvlink_crc_data_err", "nvlink_replay_err", "nvlink_recovery_err")
+_NVLINK_PRECURSOR = frozenset(NVLINK_PRECURSOR_FIELDS)
 
 
 def _remap_ticks(inc: "Incident") -> list[int]:
@@ -127,10 +128,9 @@ def first_shown(inc: "Incident", lacks: Collection[str]) -> int | None:
     """
     if inc.onset is None or not lacks:
         return inc.onset
-    lacking = set(lacks)
-    if inc.fault is FaultClass.NVLINK and set(NVLINK_PRECURSOR_FIELDS) <= lacking:
+    if inc.fault is FaultClass.NVLINK and _NVLINK_PRECURSOR.issubset(lacks):
         return None
-    if inc.fault is FaultClass.HBM_ECC and "ecc_sbe_vol" in lacking:
+    if inc.fault is FaultClass.HBM_ECC and "ecc_sbe_vol" in lacks:
         t92 = _sbe_rate_reached(inc, SBE_XID92_PER_H)
         return min(_remap_ticks(inc) + ([] if t92 is None else [t92]))
     return inc.onset
@@ -188,15 +188,16 @@ def nvlink(ch: "Chunk", inc: "Incident") -> None:
     g = ch.gpu_col(inc)
     pre, p, failed = _phases(ch, inc)
     per_min = ch.dt / 60
+    flit, data, replay, recovery = NVLINK_PRECURSOR_FIELDS   # first_shown reads the same list
     if inc.variant == "warned" and p.size:
         crc = _grow(inc, p, 5.0, 4000.0) * per_min
-        ch.rate("nvlink_crc_flit_err")[pre, g] += crc
-        ch.rate("nvlink_crc_data_err")[pre, g] += crc * 0.1
-        ch.rate("nvlink_replay_err")[pre, g] += crc * 0.05
-        ch.rate("nvlink_recovery_err")[pre, g] += 0.6 * p * per_min * _gate(inc, p)
+        ch.rate(flit)[pre, g] += crc
+        ch.rate(data)[pre, g] += crc * 0.1
+        ch.rate(replay)[pre, g] += crc * 0.05
+        ch.rate(recovery)[pre, g] += 0.6 * p * per_min * _gate(inc, p)
     f = _at_failure(ch, inc)
     if f is not None:
-        ch.inc("nvlink_recovery_err")[f, g] += 8
+        ch.inc(recovery)[f, g] += 8
         ch.event(inc, f, 74, "NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)")
 
 

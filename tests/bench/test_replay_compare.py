@@ -48,7 +48,7 @@ def test_a_model_inside_the_checkout_is_each_revisions_own_and_one_outside_is_sh
                 "read_s": 0.1, "pipeline_s": 0.1, "scoring_s": 0.1, "policy_s": 0.1}
 
     compare("HEAD", tmp_path / "rec", HERE / "models" / "default", 1, runner=fake)
-    assert {r: m for r, m in seen.items()} == {r: {r / "models" / "default"} for r in seen} and HERE in seen
+    assert seen == {r: {r / "models" / "default"} for r in seen} and HERE in seen
     seen.clear()
     compare("HEAD", tmp_path / "rec", tmp_path / "model", 1, runner=fake)   # a model trained elsewhere: shared
     assert all(m == {tmp_path / "model"} for m in seen.values()) and len(seen) == 2
