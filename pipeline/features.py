@@ -80,6 +80,9 @@ STEADY_UTIL_PCT = 50.0
 #: temperature, 85 degC on A100 and 87 degC on H100/H200, HW slowdown at 89 degC (research/field-rates.md
 #: §2, from nvidia-smi -q dumps); 5 degC under the lowest of them
 STEADY_COOL_C = 80.0
+#: a busy GPU this far under its busy peers' clock is slow in that minute (sm_clock_slow_share): the straggler
+#: rule's own line for "still slow now" (models.rules.STRAGGLER_NOW)
+SLOW_DEFICIT = 0.10
 #: NVIDIA's HW thermal slowdown starts here on A100 and H100 (research/field-rates.md §2): a GPU this hot is in
 #: it, whether or not its exporter sends the flag (candidate TT, bench/results/robustness.md, 30th session)
 HW_SLOWDOWN_C = 89.0
@@ -195,6 +198,12 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     f += [("temp_gpu_c_without_reasons_short", "degC", "short-window mean GPU temperature of a GPU that sends no "
            "throttle reasons (dcgm-exporter's default counters), NaN on one that sends them (its slowdown flags say "
            f"it): at {HW_SLOWDOWN_C:g} degC or more it is in HW thermal slowdown (rule hw_thermal_by_temperature)")]
+    # ---- twelfth set: a straggler that is slow in spells (the trend averages its spells with its fast minutes)
+    f += [("sm_clock_slow_share", "0-1", f"share of the GPU's minutes of steady work (as for "
+           f"sm_clock_deficit_vs_busy_peers_trend) in which it ran at least {SLOW_DEFICIT:.0%} under its busy peers' "
+           f"clock, averaged the same way (from 0, time constant {TREND_TAU_S / 60:g} min); NaN in any other minute. "
+           "A straggler slow half its minutes reads about 0.5 whatever its depth; a healthy GPU's DVFS dip is a "
+           "minute, about 0.1")]
     return tuple(f)
 
 
@@ -246,6 +255,7 @@ _TEMP_MED = _MED_GAUGES.index("temp_gpu_c")
 _TEMP_WITHOUT_REASONS = FEATURE_INDEX["temp_gpu_c_without_reasons_short"]
 _BUSY_DEFICIT = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers"]
 _DEFICIT_TREND = FEATURE_INDEX["sm_clock_deficit_vs_busy_peers_trend"]
+_SLOW_SHARE = FEATURE_INDEX["sm_clock_slow_share"]
 _SW_THERMAL_SHORT, _HW_THERMAL_SHORT = (FEATURE_INDEX[f"throttle_{b}_frac_short"] for b in ("sw_thermal", "hw_thermal"))
 _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
 _FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
@@ -280,16 +290,17 @@ class PartBaselines:
         self.gpu = RateBaselines(len(_BASELINE_STEMS), gpu_capacity)
         self.port = RateBaselines(len(NET_ERROR_COUNTERS), port_capacity)
         self.clock = DeficitTrend(gpu_capacity)
+        self.slow = DeficitTrend(gpu_capacity)  # the same average of a 0/1 "slow this minute": a share of time
         self.storm = SbeStorm(gpu_capacity)
 
     @property
     def nbytes(self) -> int:
-        return self.gpu.nbytes + self.port.nbytes + self.clock.nbytes + self.storm.nbytes
+        return self.gpu.nbytes + self.port.nbytes + self.clock.nbytes + self.slow.nbytes + self.storm.nbytes
 
     def restart(self, gpu_slots: np.ndarray, port_slots: np.ndarray) -> int:
         """Restart the baselines of repaired parts at the prior; how many parts restarted."""
         for base, parts in ((self.gpu, gpu_slots), (self.port, port_slots), (self.clock, gpu_slots),
-                            (self.storm, gpu_slots)):
+                            (self.slow, gpu_slots), (self.storm, gpu_slots)):
             if len(parts):
                 base.ensure(int(parts.max()) + 1)
                 base.restart(parts)
@@ -452,9 +463,12 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     with np.errstate(invalid="ignore"):
         cool = (sw < 0.5) & (hw < 0.5) | unsaid & (own[_TEMP_MED] < STEADY_COOL_C)
         steady = (own[_UTIL_MED] >= STEADY_UTIL_PCT) & cool
-    f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s,
-                                               np.where(steady, f[_BUSY_DEFICIT], np.nan), frozen,
-                                               unread=f[_SAMPLES_SHORT] == 0)
+    deficit, unread = np.where(steady, f[_BUSY_DEFICIT], np.nan), f[_SAMPLES_SHORT] == 0
+    f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s, deficit, frozen, unread=unread)
+    with np.errstate(invalid="ignore"):
+        slow = np.where(np.isnan(deficit), np.nan, deficit >= SLOW_DEFICIT)
+    baselines.slow.ensure(gpus.n)
+    f[_SLOW_SHARE] = baselines.slow.update(slots, tick_end, n_short * gpu.bucket_s, slow, frozen, unread=unread)
 
     base = baselines.gpu
     base.ensure(gpus.n)

@@ -274,6 +274,23 @@ def test_a_straggler_trend_builds_over_minutes_of_steady_work_and_not_from_heat_
     assert last.drop([5, 6, 7]).abs().max() < 0.02
 
 
+def test_a_straggler_slow_in_spells_reads_its_share_of_slow_minutes_where_its_trend_stays_shallow() -> None:
+    fleet = Fleet(nodes=1, gpus=8, samples=40 * 6, interval_s=10.0)  # 40 minutes at 10 s
+    g = gpu_frame(fleet)
+    g["util_gpu"], g["throttle_reasons"] = 95.0, 0.0
+    minute = ((g.ts - T0) // 60).astype(int)
+    spells = (g.gpu == 5) & (minute % 2 == 0)                              # every other minute 15 % slow
+    dip = (g.gpu == 4) & (minute == 30)                                    # one minute 30 % slow
+    g.loc[spells, "sm_clock_mhz"] = 1980.0 * 0.85
+    g.loc[dip, "sm_clock_mhz"] = 1980.0 * 0.7
+    frames = run(g)
+    last = frames[max(frames)].set_index("gpu")
+    share, trend = last["sm_clock_slow_share"], last["sm_clock_deficit_vs_busy_peers_trend"]
+    assert 0.4 <= share[5] <= 0.6 and trend[5] < 0.10                     # half its minutes, whatever the mean
+    assert 0.03 <= share[4] <= 0.15                                        # a dip is a minute's share, decaying
+    assert share.drop([4, 5]).max() == 0.0
+
+
 def test_a_gpu_that_sends_no_throttle_reasons_says_not_from_heat_by_its_temperature_or_not_at_all() -> None:
     fleet = Fleet(nodes=1, gpus=8, samples=20 * 6, interval_s=10.0)
     g = gpu_frame(fleet)
