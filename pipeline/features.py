@@ -201,9 +201,10 @@ def _build() -> tuple[tuple[str, str, str], ...]:
     # ---- twelfth set: a straggler that is slow in spells (the trend averages its spells with its fast minutes)
     f += [("sm_clock_slow_share", "0-1", f"share of the GPU's minutes of steady work (as for "
            f"sm_clock_deficit_vs_busy_peers_trend) in which it ran at least {SLOW_DEFICIT:.0%} under its busy peers' "
-           f"clock, averaged the same way (from 0, time constant {TREND_TAU_S / 60:g} min); NaN in any other minute. "
-           "A straggler slow half its minutes reads about 0.5 whatever its depth; a healthy GPU's DVFS dip is a "
-           "minute, about 0.1")]
+           f"clock and not held by its power cap or a power brake (throttle bits 0x4, 0x80 under half the short "
+           "window; a GPU that sends no throttle reasons cannot say, and its minutes count as not slow), averaged the "
+           f"same way (from 0, time constant {TREND_TAU_S / 60:g} min); NaN in any other minute. A straggler slow half "
+           "its minutes reads about 0.5 whatever its depth; a healthy GPU's dip at its power cap is not counted")]
     return tuple(f)
 
 
@@ -260,6 +261,7 @@ _SW_THERMAL_SHORT, _HW_THERMAL_SHORT = (FEATURE_INDEX[f"throttle_{b}_frac_short"
 _FLEET_GAUGE = np.array([_MED_GAUGES.index(g) for _, g, _ in _FLEET])
 _FLEET_FLOOR = np.array([floor for _, _, floor in _FLEET])
 _BRAKE_SHORT, _OTHER_BRAKE = FEATURE_INDEX["throttle_hw_power_brake_frac_short"], FEATURE_INDEX["other_nodes_power_brake_short"]
+_CAP_SHORT = FEATURE_INDEX["throttle_sw_power_cap_frac_short"]
 _BRAKE_LONG, _BRAKE_RATIO = FEATURE_INDEX["throttle_hw_power_brake_frac_long"], FEATURE_INDEX["other_nodes_power_brake_long_ratio"]
 _OTHER_BRAKE_LONG = FEATURE_INDEX["other_nodes_power_brake_long"]
 _AGE, _NODE_SILENT = FEATURE_INDEX["sample_age_s"], FEATURE_INDEX["node_silent_s"]
@@ -465,8 +467,9 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
         steady = (own[_UTIL_MED] >= STEADY_UTIL_PCT) & cool
     deficit, unread = np.where(steady, f[_BUSY_DEFICIT], np.nan), f[_SAMPLES_SHORT] == 0
     f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s, deficit, frozen, unread=unread)
-    with np.errstate(invalid="ignore"):
-        slow = np.where(np.isnan(deficit), np.nan, deficit >= SLOW_DEFICIT)
+    with np.errstate(invalid="ignore"):  # at the power cap or braked (or cannot say) a minute is not a straggler's
+        uncapped = (f[_CAP_SHORT] < 0.5) & (f[_BRAKE_SHORT] < 0.5)
+        slow = np.where(np.isnan(deficit), np.nan, (deficit >= SLOW_DEFICIT) & uncapped)
     baselines.slow.ensure(gpus.n)
     f[_SLOW_SHARE] = baselines.slow.update(slots, tick_end, n_short * gpu.bucket_s, slow, frozen, unread=unread)
 

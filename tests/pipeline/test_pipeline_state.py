@@ -280,15 +280,18 @@ def test_a_straggler_slow_in_spells_reads_its_share_of_slow_minutes_where_its_tr
     g["util_gpu"], g["throttle_reasons"] = 95.0, 0.0
     minute = ((g.ts - T0) // 60).astype(int)
     spells = (g.gpu == 5) & (minute % 2 == 0)                              # every other minute 15 % slow
+    capped = (g.gpu == 3) & (minute % 2 == 0)                              # ... and one at its power cap in them
     dip = (g.gpu == 4) & (minute == 30)                                    # one minute 30 % slow
-    g.loc[spells, "sm_clock_mhz"] = 1980.0 * 0.85
+    g.loc[spells | capped, "sm_clock_mhz"] = 1980.0 * 0.85
+    g.loc[capped, "throttle_reasons"] = 0x4
     g.loc[dip, "sm_clock_mhz"] = 1980.0 * 0.7
     frames = run(g)
     last = frames[max(frames)].set_index("gpu")
     share, trend = last["sm_clock_slow_share"], last["sm_clock_deficit_vs_busy_peers_trend"]
     assert 0.4 <= share[5] <= 0.6 and trend[5] < 0.10                     # half its minutes, whatever the mean
     assert 0.03 <= share[4] <= 0.15                                        # a dip is a minute's share, decaying
-    assert share.drop([4, 5]).max() == 0.0
+    assert share[3] == 0.0 and trend[3] > 0.05                             # the cap explains its slow minutes
+    assert share.drop([3, 4, 5]).max() == 0.0
 
 
 def test_a_gpu_that_sends_no_throttle_reasons_says_not_from_heat_by_its_temperature_or_not_at_all() -> None:
@@ -300,10 +303,12 @@ def test_a_gpu_that_sends_no_throttle_reasons_says_not_from_heat_by_its_temperat
     g.loc[cool | hot | blind, "throttle_reasons"] = np.nan                 # three on an exporter without the field:
     g.loc[hot, "temp_gpu_c"] = STEADY_COOL_C + 4.0                         # one near NVIDIA's SW slowdown (85-87 degC)
     g.loc[blind, "temp_gpu_c"] = np.nan                                    # one that sends no temperature either
-    last = run(g)
-    last = last[max(last)].set_index("gpu")["sm_clock_deficit_vs_busy_peers_trend"]
+    frames = run(g)
+    last = frames[max(frames)].set_index("gpu")["sm_clock_deficit_vs_busy_peers_trend"]
     assert last[5] >= 0.15 and abs(last[4] - last[5]) < 1e-6              # cool: read as its reasons would say (ST)
     assert np.isnan(last[3]) and np.isnan(last[2])                         # hot or unknown is not clean (SU)
+    share = frames[max(frames)].set_index("gpu")["sm_clock_slow_share"]
+    assert share[5] > 0.5 and share[4] == 0.0                              # it cannot say it is not at its power cap
 
 
 def test_a_gpu_that_sends_no_throttle_reasons_carries_its_temperature_for_the_hw_slowdown_rule() -> None:
