@@ -360,6 +360,16 @@ def test_a_gpu_that_stays_well_under_its_busy_peers_clock_drains_as_a_straggler_
     assert _rule_on(sm_clock_deficit_vs_busy_peers_trend=np.nan, sm_clock_deficit_vs_busy_peers=np.nan) is None  # idle
 
 
+def test_a_gpu_slow_in_spells_drains_as_a_straggler_on_its_share_of_slow_minutes_while_slow_now():
+    spells = dict(sm_clock_deficit_vs_busy_peers_trend=0.066, sm_clock_slow_share=0.4)  # its trend stays shallow
+    slow = _rule_on(**spells, sm_clock_deficit_vs_busy_peers=0.13)
+    assert slow is not None and slow.name == "fail_slow_spells" and slow.action.value == "drain"
+    assert slow.fault.value == "fail_slow" and slow.follow_up is None
+    assert _rule_on(**spells, sm_clock_deficit_vs_busy_peers=0.01) is None                 # in a fast spell now
+    assert _rule_on(**spells, sm_clock_deficit_vs_busy_peers=0.13, util_deficit_vs_peers=12.0) is None  # less busy
+    assert _rule_on(sm_clock_slow_share=0.3, sm_clock_deficit_vs_busy_peers=0.13) is None   # a healthy GPU's dips
+
+
 def test_a_gpu_without_throttle_reasons_at_the_hw_slowdown_temperature_drains_as_a_flagged_one_would():
     hot = _rule_on(temp_gpu_c_without_reasons_short=89.0)            # NVIDIA's HW slowdown on A100 and H100
     assert hot is not None and hot.name == "hw_thermal_by_temperature" and hot.action.value == "drain"
