@@ -35,7 +35,7 @@ import numpy as np
 from collector.bmc_events import SEL_CLASSES
 from collector.schema import Action, FaultClass, FollowUp
 from collector.xid import CLASS_BY_NAME
-from pipeline.features import BRAKE_LONG_FRAC, HW_SLOWDOWN_C
+from pipeline.features import BRAKE_LONG_FRAC, HW_SLOWDOWN_C, SLOW_DEFICIT
 
 from .base import Detector, DetectorOutput, FeatureMismatch, class_index
 
@@ -111,13 +111,16 @@ PORT_DOWN_SUSTAINED_S = 120.0
 #: stragglers (robustness.md, twelfth session, S5) ...
 STRAGGLER_TREND = 0.10
 #: ... while this tick's deficit is still above this (it has not recovered)
-STRAGGLER_NOW = 0.10
+STRAGGLER_NOW = SLOW_DEFICIT   # the line sm_clock_slow_share counts a slow minute at (0.10)
 #: ... and its utilisation is no more than this many points under its node's median (it is not idling)
 STRAGGLER_UTIL_BEHIND = 10.0
 #: a GPU slow (>= 10 % under its busy peers, not at its power cap) this share of its steady time is a straggler
 #: slow in spells, whose trend averages its slow minutes with its fast ones: twice the most any healthy GPU of
 #: the native tuning worlds reached (0.162 over 5,608 GPUs), rounded up (robustness.md, candidate IS2)
 STRAGGLER_SHARE = 0.35
+#: both straggler rules: slow now (not recovered), and not working less than its node's median (sharing, finishing)
+_STRAGGLER_GUARDS: dict[str, Any] = dict(inclusive=True, requires=(("sm_clock_deficit_vs_busy_peers", STRAGGLER_NOW),),
+                                         unless_at_least=(("util_deficit_vs_peers", STRAGGLER_UTIL_BEHIND),))
 #: another node braked at least this share of this node's own brake in the long window: a shared cause
 SHARED_BRAKE_RATIO = 0.5
 #: a node silent this long (every GPU) after braking alone has lost its power: 3 samples at 60 s, the
@@ -211,17 +214,13 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     # its node's median is sharing or finishing. Drain lets the job finish; nothing here justifies a reset
     Rule("fail_slow_sustained", "sm_clock_deficit_vs_busy_peers_trend", STRAGGLER_TREND, _F.FAIL_SLOW, _A.DRAIN,
          "GPU clock {value:.0%} under its busy peers' over its minutes of steady work (10 min average), "
-         "still slow, as busy as they are, and not from heat", inclusive=True,
-         requires=(("sm_clock_deficit_vs_busy_peers", STRAGGLER_NOW),),
-         unless_at_least=(("util_deficit_vs_peers", STRAGGLER_UTIL_BEHIND),)),
+         "still slow, as busy as they are, and not from heat", **_STRAGGLER_GUARDS),
     # a straggler slow in spells (a few minutes slow, a few at speed): its trend stays shallow, but the share of
     # its steady minutes it runs slow does not. A minute at the power cap or braked is not counted (a healthy GPU
-    # at its cap dips in spells too, and says so); the same guards as above
+    # at its cap dips in spells too, and says so)
     Rule("fail_slow_spells", "sm_clock_slow_share", STRAGGLER_SHARE, _F.FAIL_SLOW, _A.DRAIN,
          "GPU slow (10 % or more under its busy peers' clock, not at its power cap) in {value:.0%} of its minutes "
-         "of steady work (10 min average), slow now, and as busy as they are", inclusive=True,
-         requires=(("sm_clock_deficit_vs_busy_peers", STRAGGLER_NOW),),
-         unless_at_least=(("util_deficit_vs_peers", STRAGGLER_UTIL_BEHIND),)),
+         "of steady work (10 min average), slow now, and as busy as they are", **_STRAGGLER_GUARDS),
     # alert-only rules come last: on a row where an acting rule fires too, the acting rule wins.
     # A link that went down and came back is a flap: healthy fabrics flap thousands of times a
     # day (field-rates.md §2) and nobody acts on one (ByteRobust evicts for network alerts only on

@@ -164,11 +164,16 @@ class DeficitTrend:
     The trend reads NaN while the GPU idles; a repaired GPU restarts at 0. A tick without a
     reading of the GPU (*unread*: no sample in the window) is neither: the trend neither learns
     nor decays over it, so its level does not depend on how often the GPU is sampled.
+
+    With *columns* > 1 it keeps that many averages per GPU over the same minutes (a deficit and a
+    0/1 "slow this minute", whose mean is a share of time): ``update`` then takes and returns one
+    column each, NaN in every column of a minute that is not steady, and one clock serves them all.
     """
 
-    def __init__(self, capacity: int, tau_s: float = TREND_TAU_S) -> None:
+    def __init__(self, capacity: int, tau_s: float = TREND_TAU_S, columns: int = 1) -> None:
         self.tau_s = float(tau_s)
-        self.value = np.zeros(capacity)
+        self.shape = () if columns == 1 else (columns,)
+        self.value = np.zeros((capacity, *self.shape))
         self.updated = np.full(capacity, np.nan)
 
     @property
@@ -179,7 +184,7 @@ class DeficitTrend:
         have = len(self.value)
         if capacity > have:
             cap = max(capacity, 2 * have)
-            self.value = np.concatenate([self.value, np.zeros(cap - have)])
+            self.value = np.concatenate([self.value, np.zeros((cap - have, *self.shape))])
             self.updated = np.concatenate([self.updated, np.full(cap - have, np.nan)])
 
     def restart(self, parts: np.ndarray) -> None:
@@ -192,15 +197,16 @@ class DeficitTrend:
         *parts*' trends; the trend per part, NaN where the part idles this tick. Parts flagged in
         *frozen* (muted time) do not learn; parts flagged in *unread* (no sample this tick) skip the
         tick: its *step_s* seconds count neither as work nor as idle time."""
-        ok = np.isfinite(deficit)
-        if frozen is not None:
-            ok &= ~frozen
+        steady = np.isfinite(deficit) if not self.shape else np.isfinite(deficit[:, 0])
+        ok = steady if frozen is None else steady & ~frozen
         old, last = self.value[parts], self.updated[parts]
         since = np.where(np.isfinite(last), np.maximum(now - last, step_s), step_s)
-        new = old * np.exp(-since / self.tau_s) + (1.0 - np.exp(-step_s / self.tau_s)) * np.where(ok, deficit, 0.0)
-        self.value[parts] = np.where(ok, new, old)
+        col = (slice(None),) + (None,) * len(self.shape)   # one clock per GPU, over its columns
+        new = old * np.exp(-since / self.tau_s)[col] + (1.0 - np.exp(-step_s / self.tau_s)) * np.where(
+            ok[col], deficit, 0.0)
+        self.value[parts] = np.where(ok[col], new, old)
         if unread is not None:  # skip the unread tick's seconds: the next reading does not decay over them
             skip = unread & ~ok & np.isfinite(last)
             last = np.where(skip, last + np.clip(now - last, 0.0, step_s), last)
         self.updated[parts] = np.where(ok, now, last)
-        return np.where(np.isfinite(deficit), self.value[parts], np.nan)
+        return np.where(steady[col], self.value[parts], np.nan)

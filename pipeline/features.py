@@ -291,18 +291,17 @@ class PartBaselines:
     def __init__(self, gpu_capacity: int = 1024, port_capacity: int = 1024) -> None:
         self.gpu = RateBaselines(len(_BASELINE_STEMS), gpu_capacity)
         self.port = RateBaselines(len(NET_ERROR_COUNTERS), port_capacity)
-        self.clock = DeficitTrend(gpu_capacity)
-        self.slow = DeficitTrend(gpu_capacity)  # the same average of a 0/1 "slow this minute": a share of time
+        self.clock = DeficitTrend(gpu_capacity, columns=2)  # the deficit, and 0/1 "slow this minute" (a share)
         self.storm = SbeStorm(gpu_capacity)
 
     @property
     def nbytes(self) -> int:
-        return self.gpu.nbytes + self.port.nbytes + self.clock.nbytes + self.slow.nbytes + self.storm.nbytes
+        return self.gpu.nbytes + self.port.nbytes + self.clock.nbytes + self.storm.nbytes
 
     def restart(self, gpu_slots: np.ndarray, port_slots: np.ndarray) -> int:
         """Restart the baselines of repaired parts at the prior; how many parts restarted."""
         for base, parts in ((self.gpu, gpu_slots), (self.port, port_slots), (self.clock, gpu_slots),
-                            (self.slow, gpu_slots), (self.storm, gpu_slots)):
+                            (self.storm, gpu_slots)):
             if len(parts):
                 base.ensure(int(parts.max()) + 1)
                 base.restart(parts)
@@ -465,13 +464,13 @@ def compute_features(gpu: GpuWindowState, ports: PortWindowState, node_xids: Nod
     with np.errstate(invalid="ignore"):
         cool = (sw < 0.5) & (hw < 0.5) | unsaid & (own[_TEMP_MED] < STEADY_COOL_C)
         steady = (own[_UTIL_MED] >= STEADY_UTIL_PCT) & cool
-    deficit, unread = np.where(steady, f[_BUSY_DEFICIT], np.nan), f[_SAMPLES_SHORT] == 0
-    f[_DEFICIT_TREND] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s, deficit, frozen, unread=unread)
+    deficit = np.where(steady, f[_BUSY_DEFICIT], np.nan)
     with np.errstate(invalid="ignore"):  # at the power cap or braked (or cannot say) a minute is not a straggler's
         uncapped = (f[_CAP_SHORT] < 0.5) & (f[_BRAKE_SHORT] < 0.5)
         slow = np.where(np.isnan(deficit), np.nan, (deficit >= SLOW_DEFICIT) & uncapped)
-    baselines.slow.ensure(gpus.n)
-    f[_SLOW_SHARE] = baselines.slow.update(slots, tick_end, n_short * gpu.bucket_s, slow, frozen, unread=unread)
+    f[[_DEFICIT_TREND, _SLOW_SHARE]] = baselines.clock.update(slots, tick_end, n_short * gpu.bucket_s,
+                                                              np.column_stack([deficit, slow]), frozen,
+                                                              unread=f[_SAMPLES_SHORT] == 0).T
 
     base = baselines.gpu
     base.ensure(gpus.n)

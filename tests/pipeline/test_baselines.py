@@ -189,3 +189,20 @@ def test_a_trend_skips_a_minute_without_a_reading_so_its_level_does_not_follow_t
     sparse.update(p, 3660.0, 60.0, np.array([np.nan]), unread=np.array([False]))
     after = sparse.update(p, 3720.0, 60.0, np.array([0.12]), unread=np.array([False]))[0]
     assert after < held
+
+
+def test_a_trend_of_two_columns_reads_as_two_trends_on_one_clock() -> None:
+    from pipeline.baselines import DeficitTrend
+
+    both, deficit, slow = DeficitTrend(2, columns=2), DeficitTrend(2), DeficitTrend(2)
+    p = np.array([0, 1])
+    for k in range(1, 41):            # GPU 0 slow every other minute, idle every fifth; GPU 1 unread every third
+        d0 = np.nan if k % 5 == 0 else (0.15 if k % 2 else 0.0)
+        d = np.array([d0, np.nan if k % 3 == 0 else 0.02])
+        s = np.where(np.isnan(d), np.nan, d >= 0.1)
+        unread = np.array([False, k % 3 == 0])
+        got = both.update(p, 60.0 * k, 60.0, np.column_stack([d, s]), unread=unread)
+        one = np.column_stack([deficit.update(p, 60.0 * k, 60.0, d, unread=unread),
+                               slow.update(p, 60.0 * k, 60.0, s, unread=unread)])
+        assert np.array_equal(got, one, equal_nan=True)
+    assert 0.4 < both.value[0, 1] < 0.6 and both.value[1, 1] == 0.0   # a share of slow minutes
