@@ -126,6 +126,9 @@ SHARED_BRAKE_RATIO = 0.5
 #: a node silent this long (every GPU) after braking alone has lost its power: 3 samples at 60 s, the
 #: slowest cadence exporters run at, so a missed scrape or two never reads as a lost node
 POWER_LOST_SILENT_S = 180.0
+#: PCIe replays a minute over which a GPU's link is unhealthy: DCGM 4.6's health-watch line for a Gen4 x16 link
+#: (ceil(1e-12 x lane rate x 60 x lanes); 31 on Gen5 x16, so the lower one holds on either; field-rates.md §4)
+PCIE_REPLAY_LINE = 16.0
 #: Default rules, in priority order.
 DEFAULT_RULES: tuple[Rule, ...] = (
     xid_rule("off_bus", "XID 79: GPU has fallen off the bus"),
@@ -202,6 +205,15 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          unless_at_least=(("other_nodes_power_brake_long", 1), ("other_nodes_power_brake_short", 1))),
     Rule("pcie_replay_storm", "pcie_replay_per_min_short", 1000, _F.PCIE, _A.DRAIN,
          "PCIe replay storm: {value:.0f}/min"),
+    # a GPU about to fall off the bus replays more and more on its link for minutes first (4-10 on the tuning
+    # worlds, from none to tens a minute). Over DCGM's line alone is not it: a fleet's or a generation's links may
+    # replay that steadily (the 3x background worlds' healthy GPUs trickle at 17-20/min). Over the line *and*
+    # rising against the GPU's own rate is: its replay CUSUM (10x its own rate, pipeline.baselines) past its
+    # alarm level. Both lines a priori (robustness.md, candidate PR). Drain: the job finishes, no new one lands
+    # on a link that may be going; DCGM and NVSentinel only report this evidence, so nothing harder
+    Rule("pcie_replay_rising", "pcie_replay_per_min_short", PCIE_REPLAY_LINE, _F.PCIE, _A.DRAIN,
+         "PCIe replays {value:.0f}/min, over DCGM's health line (16/min) and rising against this GPU's own rate",
+         requires=(("pcie_replay_cusum", 0),)),
     # a straggler (fail-slow): a busy GPU whose clock stays well under its busy peers'. The trend is
     # its deficit averaged over its own busy time from 0 (time constant 10 min), so a deficit d
     # reaches the threshold after 10 min x ln(d / (d - 0.15)) of busy time: 4 min at 45 %, 14 min at

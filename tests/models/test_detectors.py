@@ -370,6 +370,17 @@ def test_a_gpu_slow_in_spells_drains_as_a_straggler_on_its_share_of_slow_minutes
     assert _rule_on(sm_clock_slow_share=0.3, sm_clock_deficit_vs_busy_peers=0.13) is None   # a healthy GPU's dips
 
 
+def test_pcie_replays_over_dcgms_line_drain_only_while_rising_against_the_gpus_own_rate():
+    rising = _rule_on(pcie_replay_per_min_short=24.0, pcie_replay_cusum=40.0)       # from none to 24/min
+    assert rising is not None and rising.name == "pcie_replay_rising" and rising.action.value == "drain"
+    assert rising.fault.value == "pcie" and rising.follow_up is None
+    assert _rule_on(pcie_replay_per_min_short=19.0, pcie_replay_cusum=0.0) is None   # a link that always replays so
+    assert _rule_on(pcie_replay_per_min_short=16.0, pcie_replay_cusum=40.0) is None  # at DCGM's line, not over it
+    assert _rule_on(pcie_replay_per_min_short=24.0, pcie_replay_cusum=np.nan) is None  # no baseline yet: unknown
+    storm = _rule_on(pcie_replay_per_min_short=1500.0, pcie_replay_cusum=0.0)
+    assert storm is not None and storm.name == "pcie_replay_storm"                  # a storm drains at any rate
+
+
 def test_a_gpu_without_throttle_reasons_at_the_hw_slowdown_temperature_drains_as_a_flagged_one_would():
     hot = _rule_on(temp_gpu_c_without_reasons_short=89.0)            # NVIDIA's HW slowdown on A100 and H100
     assert hot is not None and hot.name == "hw_thermal_by_temperature" and hot.action.value == "drain"
