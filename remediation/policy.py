@@ -187,6 +187,7 @@ class NodeState:
     held_gpus: int | None = None            # its GPUs with a reading when it was taken out (None: not known)
     healthy_since: float | None = None
     predicted_action_at: float | None = None  # last action taken on a prediction (retry cap)
+    predicted_fault: FaultClass | None = None  # ... and the fault class it predicted (model_retry_per_fault)
     sbe_at: float | None = None             # the predicted GPU last logged corrected ECC errors (hbm_recent_sbe_s)
     pcie_at: float | None = None            # the predicted GPU's PCIe replays last read at/above pcie_warn_per_min
     pcie_quiet_at: float | None = None      # ... and last read under it
@@ -418,7 +419,7 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         if rule_acts and ns.held_grade in PREDICTION_GRADES:  # the failure came: the catalogue's remedy
             # ...and the prediction was right, so it does not cap the node's next one (model_retry_window_s)
             return replace(ns, held_grade=Grade.CERTAIN, held_fault=s.rule_fault_class(i), healthy_since=None,
-                           predicted_action_at=None), [
+                           predicted_action_at=None, predicted_fault=None), [
                 _rule_decision(i, name, s, rule_action, now, explain)]
         if (ns.held_grade is Grade.PREDICTED and fault is not None and fault is ns.held_fault
                 and p >= floors.act(cfg, fault)):
@@ -434,7 +435,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
         since = (ns.healthy_since if ns.healthy_since is not None else now) if healthy else None
         if since is not None and now - ns.held_since >= cfg.min_hold_s and now - since >= cfg.resume_after_s:
             reason = f"healthy for {(now - since) / 60:.0f} min after gpuops took it out"
-            return NodeState(predicted_action_at=ns.predicted_action_at, episodes=ns.episodes,
+            return NodeState(predicted_action_at=ns.predicted_action_at, predicted_fault=ns.predicted_fault,
+                             episodes=ns.episodes,
                              alert_times=ns.alert_times), [
                 Decision(now, name, None, Action.RESUME, None, p, reason, "policy")]
         return replace(ns, healthy_since=since), []
@@ -443,7 +445,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                        held_gpus=s.reading_gpus(i), healthy_since=None, above_since=None, high_since=None, episodes=(),
                        alert_times=()), [
             _rule_decision(i, name, s, rule_action, now, explain)]
-    retried = ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
+    retried = (ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
+               and not (cfg.model_retry_per_fault and fault is not ns.predicted_fault))
     waiting = _storm_waiting(ns, fault, now, cfg) or (brakes.get(fault) if fault is not None else None)
     if (above and fault is not None and ns.above_since is not None
             and now - ns.above_since >= cfg.sustain_for(fault)
@@ -457,7 +460,8 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
             reason = explain(i, "model") + floors.reason(cfg, fault) + (f"; corroborated: {why}" if why else "")
             held = now if action in (Action.DRAIN, Action.RESET) else None
             return replace(ns, held_since=held, held_grade=grade if held is not None else None, held_fault=fault,
-                           held_gpus=s.reading_gpus(i), healthy_since=None, predicted_action_at=now, episodes=(),
+                           held_gpus=s.reading_gpus(i), healthy_since=None, predicted_action_at=now,
+                           predicted_fault=fault, episodes=(),
                            alert_times=()), [
                 Decision(now, name, int(s.gpu[i]), action, fault, p, reason, "model", grade, follow_up)]
     return _alerts(i, name, ns, s, p, anomaly, fault, rule, now, seen_s, warm, retried, waiting, cfg, explain, fleet,

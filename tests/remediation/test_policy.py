@@ -283,6 +283,32 @@ def test_a_node_that_came_back_healthy_after_a_predicted_action_only_alerts_on_t
     assert Action.DRAIN not in [a for a, _ in after] and (Action.ALERT, "model") in after
 
 
+@pytest.mark.parametrize("per_fault", [False, True])
+def test_the_retry_cap_can_hold_back_only_the_fault_class_that_was_wrong(per_fault):
+    cfg = CFG.model_copy(update={"model_retry_window_s": 86400.0, "model_retry_per_fault": per_fault})
+    st, out = PolicyState(), []
+    timeline = [(0.9, "hbm_ecc")] * 2 + [(0.01, "hbm_ecc")] * 20 + [(0.9, "ib_link")] * 3 + [(0.9, "hbm_ecc")] * 3
+    for k, (p, fault) in enumerate(timeline):
+        d, st = decide(scores(p=(p,), fault=(fault,)), st, 60.0 * k, cfg, explain)
+        out += [(x.action, x.fault) for x in d]
+    assert out[1] == (Action.DRAIN, FaultClass.HBM_ECC) and (Action.RESUME, None) in out   # wrong: resumed healthy
+    after = out[out.index((Action.RESUME, None)) + 1:]
+    # another class's prediction acts only when the cap is per class; then the node is held, so nothing more
+    assert ((Action.DRAIN, FaultClass.IB_LINK) in after) is per_fault
+    assert (Action.ALERT, FaultClass.IB_LINK) in after   # per class: its first tick, before its sustain; else all
+    assert (Action.DRAIN, FaultClass.HBM_ECC) not in after
+
+
+def test_the_retry_cap_per_class_still_holds_back_the_class_that_was_wrong():
+    cfg = CFG.model_copy(update={"model_retry_window_s": 86400.0, "model_retry_per_fault": True})
+    st, out = PolicyState(), []
+    for k, p in enumerate([0.9, 0.9] + [0.01] * 20 + [0.9] * 5):
+        d, st = decide(scores(p=(p,), fault=("hbm_ecc",)), st, 60.0 * k, cfg, explain)
+        out += [x.action for x in d]
+    after = out[out.index(Action.RESUME) + 1:]
+    assert Action.DRAIN not in after and Action.ALERT in after
+
+
 def test_hard_evidence_still_acts_after_a_wrong_prediction():
     st = PolicyState()
     for k, p in enumerate([0.9, 0.9] + [0.01] * 20):
