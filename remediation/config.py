@@ -167,11 +167,12 @@ class PolicyConfig(BaseModel):
         "such as a steady low SBE rate), so a person decides. Rules on hard evidence still act. A prediction "
         "whose failure came while the node was held (an acting rule fired: it was right) does not count. 24 h.")
     model_retry_per_fault: bool = Field(
-        False,
+        True,
         description="The retry cap (model_retry_window_s) holds back only predictions of the fault class that "
         "was wrong: a confounder of one class's evidence (corrected ECC errors on a GPU) says nothing about "
-        "another's (symbol errors on an IB port). Off: a wrong prediction of any class turns the node's "
-        "predictions of every class into alerts for the window.")
+        "another's (symbol errors on an IB port). On the tuning ground a wrong hbm_ecc drain had silenced an "
+        "ib_link prediction 39 min ahead of its failure (robustness.md, candidate RC). Off: a wrong prediction "
+        "of any class turns the node's predictions of every class into alerts for the window.")
     false_budget_per_1k_node_days: float = Field(
         5.0, ge=0,
         description="The fleet's budget of prediction holds that end healthy, per fault class, per 1,000 node-days "

@@ -380,7 +380,9 @@ def test_a_prediction_that_came_true_does_not_cap_the_nodes_next_one():
     acted = [(x.action, x.source, x.fault) for x in run(timeline)[0] if x.action is not Action.ALERT]
     assert acted == [(Action.DRAIN, "model", FaultClass.GPU_OFF_BUS), (Action.DRAIN, "rule", FaultClass.GPU_OFF_BUS),
                      (Action.RESUME, "policy", None), (Action.DRAIN, "model", FaultClass.HBM_ECC)]
-    wrong = [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [healthy] * 33 + [again] * 3  # no failure came
+    # no failure came: the next prediction of the class that was wrong only alerts (another class's would act:
+    # test_the_retry_cap_can_hold_back_only_the_fault_class_that_was_wrong)
+    wrong = [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [healthy] * 33 + [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3
     assert [x.action for x in run(wrong)[0] if x.action is not Action.ALERT] == [Action.DRAIN, Action.RESUME]
 
 
