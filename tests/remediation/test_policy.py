@@ -375,14 +375,15 @@ def test_a_prediction_that_came_true_does_not_cap_the_nodes_next_one():
     """The retry cap is for predictions that were wrong. One whose failure came while the node was held
     was right: after the node is resumed, its next sustained prediction drains again."""
     healthy = {"p": (0.01,), "fault": ("gpu_off_bus",)}
-    again = {"p": (0.8,), "fault": ("hbm_ecc",)}
-    timeline = [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [OFF_BUS_XID] * 3 + [healthy] * 30 + [again] * 3
+    off_bus = {"p": (0.8,), "fault": ("gpu_off_bus",)}
+    # the next prediction is of the same class, which the cap holds back (model_retry_per_fault) had it been wrong
+    timeline = [off_bus] * 3 + [OFF_BUS_XID] * 3 + [healthy] * 30 + [off_bus] * 3
     acted = [(x.action, x.source, x.fault) for x in run(timeline)[0] if x.action is not Action.ALERT]
     assert acted == [(Action.DRAIN, "model", FaultClass.GPU_OFF_BUS), (Action.DRAIN, "rule", FaultClass.GPU_OFF_BUS),
-                     (Action.RESUME, "policy", None), (Action.DRAIN, "model", FaultClass.HBM_ECC)]
+                     (Action.RESUME, "policy", None), (Action.DRAIN, "model", FaultClass.GPU_OFF_BUS)]
     # no failure came: the next prediction of the class that was wrong only alerts (another class's would act:
     # test_the_retry_cap_can_hold_back_only_the_fault_class_that_was_wrong)
-    wrong = [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3 + [healthy] * 33 + [{"p": (0.8,), "fault": ("gpu_off_bus",)}] * 3
+    wrong = [off_bus] * 3 + [healthy] * 33 + [off_bus] * 3
     assert [x.action for x in run(wrong)[0] if x.action is not Action.ALERT] == [Action.DRAIN, Action.RESUME]
 
 
