@@ -8,7 +8,8 @@ not repeated; not done and still fresh → carried out once more (adapters are i
 stale → failed for a person; ``approved`` → carried out. Last, :func:`rebuild_state` gives
 the policy its memory of held nodes, from the store and from the scheduler's own view of
 gpuops-owned drains (a drain gpuops made but this store has no record of stays held until
-verification lets it go). Kept apart from the tick loop because it runs once, under the
+verification lets it go), and of its last prediction on each node (:func:`retry_caps`: a
+prediction that came back healthy only alerts for ``model_retry_window_s``, restart or not). Kept apart from the tick loop because it runs once, under the
 engine's lock, before the first tick.
 """
 
@@ -41,7 +42,7 @@ def start(engine: Engine) -> None:
         engine.recent.load(recs)
         engine.holds = holds_of(recs)
         reconcile(engine)
-        engine.state = rebuild_state(engine, holds_of(recs, ENGINE_ACTOR))
+        engine.state = rebuild_state(engine, holds_of(recs, ENGINE_ACTOR), retry_caps(recs))
         engine.sync_verdicts(0.0)       # people's verdicts of the budget's window, given on any replica
         if engine._adapter(engine.armed) is not engine.adapter:
             try:                         # disarmed: the real scheduler's view (groups, maintenance) all the same
@@ -74,11 +75,39 @@ def held_fields(hold: ActionRecord) -> dict[str, Any]:
             "held_gpus": gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None}
 
 
-def rebuild_state(engine: Engine, taken: Mapping[str, ActionRecord]) -> PolicyState:
-    """The policy's memory from the holds the engine itself *taken* (node -> its latest hold record) and the
-    scheduler's gpuops-owned drains. A node only a person took out is not the policy's: it never resumed one
-    before the restart (the person does), so it does not after."""
-    nodes = {name: NodeState(**held_fields(r)) for name, r in taken.items() if name in engine.holds}
+def retry_caps(recs: Iterable[ActionRecord]) -> dict[str, dict[str, Any]]:
+    """node -> the policy's retry cap (``predicted_action_at``, ``predicted_fault``: its last action on a
+    prediction, :attr:`PolicyConfig.model_retry_window_s`) from the engine's records oldest first, as the policy
+    kept it: set by the action that took the node out on a prediction (in whatever state safety left it: the policy
+    decided it all the same), cleared when a rule acted while that hold lasted (the failure came: the prediction was
+    right), kept through the node's resume."""
+    caps: dict[str, dict[str, Any]] = {}
+    on_prediction: set[str] = set()     # nodes the policy holds on a prediction
+    for r in recs:
+        if r.kind is ActionKind.RESUME:
+            if r.state in (ActionState.SUCCEEDED, ActionState.VERIFIED):
+                on_prediction.discard(r.node)
+        elif r.actor != ENGINE_ACTOR or r.kind is ActionKind.ALERT:
+            continue
+        elif r.source == "model" and r.node not in on_prediction:   # (one held already is escalated: no new cap)
+            fault = FaultClass(r.fault) if r.fault in FaultClass._value2member_map_ else None
+            caps[r.node] = {"predicted_action_at": r.incident_ts, "predicted_fault": fault}
+            on_prediction.add(r.node)
+        elif r.source == "rule" and r.node in on_prediction:
+            caps.pop(r.node, None)
+            on_prediction.discard(r.node)
+    return caps
+
+
+def rebuild_state(engine: Engine, taken: Mapping[str, ActionRecord],
+                  caps: Mapping[str, Mapping[str, Any]] | None = None) -> PolicyState:
+    """The policy's memory from the holds the engine itself *taken* (node -> its latest hold record), the
+    scheduler's gpuops-owned drains and the retry *caps* (:func:`retry_caps`). A node only a person took out is
+    not the policy's: it never resumed one before the restart (the person does), so it does not after."""
+    caps = caps or {}
+    nodes = {name: NodeState(**caps.get(name, {})) for name in caps}
+    nodes.update({name: NodeState(**held_fields(r), **caps.get(name, {})) for name, r in taken.items()
+                  if name in engine.holds})
     try:
         listed = engine._adapter(engine.armed).list_nodes()
     except AdapterError as e:
@@ -91,7 +120,7 @@ def rebuild_state(engine: Engine, taken: Mapping[str, ActionRecord]) -> PolicySt
             # drained by gpuops but unknown to this store (a lost store, another installation):
             # held, so that the policy's verification decides when it goes back
             log.warning("%s: drained by gpuops (%r) without a record here: held until verified", st.name, st.reason)
-            nodes[st.name] = NodeState(held_since=now, held_grade=Grade.CERTAIN)
+            nodes[st.name] = NodeState(held_since=now, held_grade=Grade.CERTAIN, **caps.get(st.name, {}))
     return PolicyState(nodes=nodes, budget=engine.budget.restore(engine))
 
 

@@ -69,8 +69,8 @@ def explain(i, source):
     return f"{source} says so"
 
 
-def engine(store, clock, cluster=None, safety=LOOSE, armed=False, **kw) -> Engine:
-    e = Engine(store, cluster if cluster is not None else Cluster(), policy=POLICY, safety=safety, clock=clock, **kw)
+def engine(store, clock, cluster=None, safety=LOOSE, armed=False, policy=POLICY, **kw) -> Engine:
+    e = Engine(store, cluster if cluster is not None else Cluster(), policy=policy, safety=safety, clock=clock, **kw)
     e.start()
     if armed:
         e.arm("operator:test")
@@ -374,6 +374,35 @@ def test_a_node_a_person_took_out_stays_theirs_after_a_restart(store):
     clock.t += 60                                # a retry within the minute is the same request
     forced = e.request(ActionKind.RESUME, "n00000", "burn-in passed", "operator:fay", dry_run=False, force=True)
     assert forced.state is ActionState.SUCCEEDED and not cluster.status("n00000").drained
+
+
+@pytest.mark.parametrize("came_true", [False, True])
+def test_a_restart_keeps_the_retry_cap_of_a_prediction_that_came_back_healthy(store, came_true):
+    """A node drained on an nvlink prediction and resumed healthy is not drained again on the next one within
+    model_retry_window_s, restart or not (the cap is rebuilt from the store); another class's prediction still
+    drains it (model_retry_per_fault). A prediction whose failure came while the node was held caps nothing."""
+    clock, cluster = Clock(), Cluster()
+    policy = POLICY.model_copy(update={"false_budget_per_1k_node_days": 0.0})   # the cap alone, not the brake
+    e = engine(store, clock, cluster, armed=True, policy=policy)
+    for p in [0.9] * 3:                               # predicted: drained
+        clock.t += 60
+        e.tick(fleet(2, clock.t, p=[p, 0.0]), explain)
+    if came_true:                                     # the failure came while it was held: a rule acted
+        clock.t += 60
+        e.tick(fleet(2, clock.t, rule_nodes=[0], rule_fault="nvlink", p=[0.9, 0.0]), explain)
+    resumed = []
+    for _ in range(30):                               # healthy again: resumed
+        clock.t += 60
+        resumed += [r.node for r in e.tick(fleet(2, clock.t), explain) if r.kind is ActionKind.RESUME]
+    assert resumed == ["n00000"] and not cluster.status("n00000").drained
+    e = engine(store, clock, cluster, armed=True, policy=policy)
+    acted = []
+    for fault in ["nvlink"] * 4 + ["ib_link"] * 3:    # the same class again, then another
+        clock.t += 60
+        acted += [(r.kind, r.fault) for r in e.tick(fleet(2, clock.t, p=[0.9, 0.0], fault=fault), explain)
+                  if r.kind is not ActionKind.ALERT]
+    first = ("nvlink" if came_true else "ib_link")
+    assert acted[:1] == [(ActionKind.DRAIN, first)] and cluster.status("n00000").drained
 
 
 def test_an_operator_request_is_a_dry_run_unless_asked_and_resume_waits_for_clean_telemetry(store):
