@@ -8,9 +8,10 @@ not repeated; not done and still fresh → carried out once more (adapters are i
 stale → failed for a person; ``approved`` → carried out. Last, :func:`rebuild_state` gives
 the policy its memory of held nodes, from the store and from the scheduler's own view of
 gpuops-owned drains (a drain gpuops made but this store has no record of stays held until
-verification lets it go), and of its last prediction on each node (:func:`retry_caps`: a
-prediction that came back healthy only alerts for ``model_retry_window_s``, restart or not). Kept apart from the tick loop because it runs once, under the
-engine's lock, before the first tick.
+verification lets it go), and of its last prediction on each node (:func:`retry_caps`: after
+a prediction that came back healthy, the node's next one of that class only alerts for
+``model_retry_window_s``, restart or not). Kept apart from the tick loop because it runs
+once, under the engine's lock, before the first tick.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def rebuild_state(engine: Engine, taken: Mapping[str, ActionRecord],
     scheduler's gpuops-owned drains and the retry *caps* (:func:`retry_caps`). A node only a person took out is
     not the policy's: it never resumed one before the restart (the person does), so it does not after."""
     caps = caps or {}
-    nodes = {name: NodeState(**caps.get(name, {})) for name in caps}
+    nodes = {name: NodeState(**cap) for name, cap in caps.items()}
     nodes.update({name: NodeState(**held_fields(r), **caps.get(name, {})) for name, r in taken.items()
                   if name in engine.holds})
     try:
