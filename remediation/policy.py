@@ -445,12 +445,11 @@ def _decide_node(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anom
                        held_gpus=s.reading_gpus(i), healthy_since=None, above_since=None, high_since=None, episodes=(),
                        alert_times=()), [
             _rule_decision(i, name, s, rule_action, now, explain)]
-    retried = (ns.predicted_action_at is not None and now - ns.predicted_action_at < cfg.model_retry_window_s
-               and not (cfg.model_retry_per_fault and fault is not ns.predicted_fault))
+    retried = _retry_capped(ns, fault, now, cfg)
     waiting = _storm_waiting(ns, fault, now, cfg) or (brakes.get(fault) if fault is not None else None)
     if (above and fault is not None and ns.above_since is not None
             and now - ns.above_since >= cfg.sustain_for(fault)
-            and not retried and waiting is None):       # 3. predicted failure, sustained in telemetry time
+            and retried is None and waiting is None):   # 3. predicted failure, sustained in telemetry time
         action, follow_up = _hard(cfg, fault)
         if action in _ACTING:
             why = _corroboration(ns, fault, anomaly, now, cfg)
@@ -482,8 +481,23 @@ def _rule_decision(i: int, name: str, s: NodeScores, action: Action, now: float,
                     Grade.CERTAIN, s.rule_follow_up[i])
 
 
+def _retry_capped(ns: NodeState, fault: FaultClass | None, now: float, cfg: PolicyConfig) -> str | None:
+    """Why the node's prediction of *fault* only alerts under the retry cap (``model_retry_window_s``), or None:
+    gpuops acted on an earlier prediction for it (of the same class, with ``model_retry_per_fault``) within the
+    window and the node came back healthy. The reason names that prediction, so on-call sees what was wrong."""
+    at = ns.predicted_action_at
+    if at is None or now - at >= cfg.model_retry_window_s or (cfg.model_retry_per_fault
+                                                              and fault is not ns.predicted_fault):
+        return None
+    what = "a prediction" + (f" of {ns.predicted_fault.value}" if ns.predicted_fault is not None else "")
+    ago = f"{(now - at) / 60:.0f} min" if now - at < 3600 else f"{(now - at) / 3600:.1f} h"
+    return (f"gpuops acted on this node on {what} {ago} ago that did not come true: a person decides until "
+            f"{cfg.model_retry_window_s / 3600:.0f} h after it")
+
+
 def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: float, fault: FaultClass | None,
-            rule: int, now: float, seen_s: float, warm: bool, retried: bool, waiting: str | None, cfg: PolicyConfig,
+            rule: int, now: float, seen_s: float, warm: bool, retried: str | None, waiting: str | None,
+            cfg: PolicyConfig,
             explain: Explain, fleet: list[float], alert_level: float,
             anomaly_level: float) -> tuple[NodeState, list[Decision]]:
     """4. tell a person: one alert per episode of (part, signal), within the node and fleet caps.
@@ -524,15 +538,15 @@ def _alerts(i: int, name: str, ns: NodeState, s: NodeScores, p: float, anomaly: 
 
 
 def _alert(i: int, name: str, part: int | None, source: str, s: NodeScores, p: float, anomaly: float,
-           fault: FaultClass | None, now: float, seen_s: float, warm: bool, retried: bool, waiting: str | None,
+           fault: FaultClass | None, now: float, seen_s: float, warm: bool, retried: str | None, waiting: str | None,
            cfg: PolicyConfig, explain: Explain) -> Decision:
     if source == "rule":
         return Decision(now, name, part, Action.ALERT, s.rule_fault_class(i), 1.0, explain(i, "rule"), "rule")
     if source == "anomaly":
         return Decision(now, name, part, Action.ALERT, None, anomaly, explain(i, "anomaly"), "anomaly")
     why = explain(i, "model")
-    if retried:
-        why += " (gpuops already acted on this node on a prediction that did not come true: a person decides)"
+    if retried is not None:
+        why += f" ({retried})"
     elif s.is_cold(i):
         why += " (warming up: the node's window is refilling on a new scoring worker; predictions only alert)"
     elif not warm:

@@ -309,6 +309,17 @@ def test_the_retry_cap_per_class_still_holds_back_the_class_that_was_wrong():
     assert Action.DRAIN not in after and Action.ALERT in after
 
 
+def test_an_alert_held_back_by_the_retry_cap_names_the_prediction_that_was_wrong_and_when():
+    cfg = CFG.model_copy(update={"model_retry_window_s": 86400.0, "model_retry_per_fault": True})
+    st, out = PolicyState(), []
+    for k, p in enumerate([0.9, 0.9] + [0.01] * 20 + [0.9] * 5):
+        d, st = decide(scores(p=(p,), fault=("hbm_ecc",)), st, 60.0 * k, cfg, explain)
+        out += d
+    capped = [x.reason for x in out if x.action is Action.ALERT and x.ts > 60.0 * 21]
+    assert capped and all("on a prediction of hbm_ecc 21 min ago that did not come true" in r
+                          and "until 24 h after it" in r for r in capped)
+
+
 def test_hard_evidence_still_acts_after_a_wrong_prediction():
     st = PolicyState()
     for k, p in enumerate([0.9, 0.9] + [0.01] * 20):
