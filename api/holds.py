@@ -7,16 +7,21 @@ been out ``min_hold_s`` and clean for ``resume_after_s``: no rule firing, its ri
 (:func:`remediation.policy.decide`). Every replica can tell what the latest scores say; how
 long the node has been clean is the policy's memory, which only the engine leader keeps. A node
 only a person took out is theirs: gpuops never resumes it.
+
+``retry_cap`` says the other thing on-call asks of a node gpuops only alerts on: after a
+prediction that did not come true, the node's next predictions (of that class, with
+``model_retry_per_fault``) only alert for ``model_retry_window_s``; from the node's records, as
+a restart rebuilds it (:func:`remediation.recovery.retry_caps`), so every replica says the same.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from remediation.actions import ENGINE_ACTOR, ActionRecord
+from remediation.actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState
 from remediation.config import PolicyConfig
 from remediation.policy import NodeState, gpu_missing
-from remediation.recovery import held_fields, holds_of
+from remediation.recovery import held_fields, holds_of, retry_caps
 
 
 def hold_status(records: Sequence[ActionRecord], row: Mapping[str, Any] | None, cfg: PolicyConfig,
@@ -73,3 +78,28 @@ def _waits(row: Mapping[str, Any] | None, cfg: PolicyConfig, since: float, gpus:
         done = 0.0 if clean is None else (now - clean) / 60
         out.append(f"clean for {done:.0f} of resume_after_s {cfg.resume_after_s / 60:.0f} min")
     return out
+
+
+def retry_cap(records: Sequence[ActionRecord], now: float, cfg: PolicyConfig) -> dict[str, Any] | None:
+    """The retry cap on one node from its *records* (any order): which predictions only alert (``fault``; None:
+    every class), since the prediction action that did not come true (``since``, ``action``) and ``until`` when;
+    None when nothing is capped at telemetry time *now*. A node still held on that prediction is not capped yet
+    (its hold is what ``hold`` shows): the cap is for after it comes back healthy."""
+    oldest_first = sorted(records, key=lambda r: r.created_at)
+    cap = next(iter(retry_caps(oldest_first).values()), None)
+    if cap is None or cfg.model_retry_window_s <= 0:
+        return None
+    since = float(cap["predicted_action_at"])
+    until = since + cfg.model_retry_window_s
+    done = (ActionState.SUCCEEDED, ActionState.VERIFIED)
+    if now >= until or not any(r.kind is ActionKind.RESUME and r.state in done and r.incident_ts >= since
+                               for r in oldest_first):
+        return None
+    fault = cap["predicted_fault"].value if cfg.model_retry_per_fault and cap["predicted_fault"] else None
+    action = next((r.id for r in reversed(oldest_first) if r.incident_ts == since and r.source == "model"), None)
+    what = f"predictions of {fault}" if fault else "predictions of every class"
+    wrong = cap["predicted_fault"].value if cap["predicted_fault"] else "a fault"
+    return {"fault": fault, "since": since, "until": until, "action": action,
+            "reason": f"{what} only alert for {(until - now) / 3600:.1f} h more: gpuops acted on a prediction of "
+                      f"{wrong} {(now - since) / 3600:.1f} h ago that did not come true, so a person decides (rules "
+                      "still act)"}

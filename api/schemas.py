@@ -237,6 +237,11 @@ class NodeDetail(NodeRow):
         None, description="While the node is held: the action holding it, who took it out and when, its GPUs then "
         "and now, and waiting_for: what its resume still waits for (min_hold_s, a rule, risk, a GPU without a "
         "reading, the clean time); a person's hold waits for that person (api/holds.py).")
+    retry_cap: dict[str, Any] | None = Field(
+        None, description="After gpuops acted on a prediction for this node that did not come true (the node came "
+        "back healthy): which of its predictions only alert (fault; null: every class, model_retry_per_fault off), "
+        "since the action that was wrong (since, action), until when (until; model_retry_window_s after it), and "
+        "reason in words. Rules still act. null: nothing capped (api/holds.py).")
     blind_signals: list[str] | None = Field(
         None, description="The precursor signals this node does not send (models/coverage.py: ecc, nvlink, pcie, "
         "throttle, temperature, power, clocks, ib_ports, bmc): faults of their classes are seen here only when they "

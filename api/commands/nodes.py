@@ -64,6 +64,9 @@ def node(name: str = typer.Argument(..., help="Node name."),
                       + (f", {then} when taken out" if then is not None else ""))
         for w in hold.get("waiting_for") or ["nothing: it is resumed at the next tick"]:
             out.print("  resume waits for: " + escape(w))
+    cap = n.get("retry_cap")
+    if cap:
+        out.print(f"  retry cap until {when(cap['until'])} UTC: {escape(cap['reason'])}")
     if n.get("blind_signals"):
         out.print(f"  does not send: {', '.join(n['blind_signals'])} (its faults of those classes are seen only when "
                   "they happen: gpuops coverage says what to enable)")

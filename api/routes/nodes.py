@@ -10,10 +10,11 @@ from fastapi import APIRouter, Path, Query, Response
 from api.context import AppContext
 from api.deps import Ctx, Viewer
 from api.errors import ApiError
-from api.holds import hold_status
+from api.holds import hold_status, retry_cap
 from api.routes import AUTH_ERRORS, NOT_FOUND
 from api.schemas import ActionPublic, NodeDetail, NodeList
 from remediation.actions import ActionKind, ActionRecord, ActionState
+from remediation.recovery import HISTORY_S
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"], responses=AUTH_ERRORS)
 
@@ -44,15 +45,20 @@ async def list_nodes(ctx: Ctx, _: Viewer,
 
 @router.get("/{name}", response_model=NodeDetail, responses=NOT_FOUND)
 def get_node(ctx: Ctx, _: Viewer, name: Annotated[str, Path(max_length=253)]) -> NodeDetail:
-    """One node: GPU detail, score history, the features behind the score, recent events and actions, and, while
-    gpuops holds it, what its resume waits for (``hold``)."""
+    """One node: GPU detail, score history, the features behind the score, recent events and actions, while
+    gpuops holds it what its resume waits for (``hold``), and after a prediction that did not come true which of
+    its predictions only alert, until when (``retry_cap``)."""
     row = ctx.nodes.get(name)
     if row is None:
         raise ApiError(404, f"no node named {name!r} has reported (GET /v1/nodes lists them)")
     records = ctx.store.query(node=name, limit=NODE_ACTIONS)
     state = ctx.engine.state.nodes.get(name) if ctx.is_leader() else None   # the policy's memory: the leader's
     hold = hold_status(_since_last_resume(ctx, name), row, ctx.engine.policy, state)
-    return NodeDetail.model_validate({**row, "actions": [ActionPublic.of(r) for r in records], "hold": hold})
+    acting = [k for k in ActionKind if k is not ActionKind.ALERT]   # what the retry cap is rebuilt from
+    cap = retry_cap(ctx.store.query(node=name, kinds=acting, since=ctx.engine.clock() - HISTORY_S, limit=HOLD_RECORDS),
+                    float(row["ts"]), ctx.engine.policy)
+    return NodeDetail.model_validate({**row, "actions": [ActionPublic.of(r) for r in records], "hold": hold,
+                                      "retry_cap": cap})
 
 
 def _since_last_resume(ctx: AppContext, name: str) -> list[ActionRecord]:

@@ -151,6 +151,9 @@ async function nodePage(view, name) {
          "signals not sent": n.blind_signals == null ? "not known yet"
            : n.blind_signals.length ? n.blind_signals.join(", ") + " (see GET /v1/coverage)" : "none" }),
     n.hold ? holdPanel(n.hold) : "",
+    // after a prediction that did not come true: which of its predictions only alert, until when (api/holds.py)
+    n.retry_cap ? h("section", { id: "node-retry-cap" }, h("h2", {}, "Predictions held back"),
+      h("p", {}, `until ${time(n.retry_cap.until)}: ${n.retry_cap.reason}`)) : "",
     h("h2", {}, "Risk over time"), plot(n.history),
     h("p", { class: "muted" }, "solid: failure risk; dashed: anomaly; dotted: the at-risk line"),
     h("h2", {}, "Why"), Object.keys(n.reasons).length ? kv(n.reasons) : h("p", { class: "muted" }, "no reasons given"),

@@ -2,12 +2,14 @@
 with no config: the simulated fleet, dry run, the admin token it printed).
 
 The engine is paused through the API first, so its next drain waits in the queue for a person;
-then the browser loads ``/``, signs in, opens that node, approves the action and reads the result.
+then the browser loads ``/``, signs in, opens that node, approves the action and reads the result,
+and last opens a node whose prediction did not come true and reads which predictions only alert.
 Screenshots of each step are kept (``artefacts`` fixture: ``$GPUOPS_ARTIFACTS`` or tmp_path).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 
 from api.config import load_service_config
 from api.service import Service
-from remediation.actions import ActionState
+from remediation.actions import ActionKind, ActionRecord, ActionState
 from tests.api.browser import alert, find, read, retry_stale, shot
 from tests.helpers import wait_until
 
@@ -96,4 +98,21 @@ def test_an_operator_signs_in_opens_a_node_and_approves_its_waiting_drain(
     assert "by engine" in held and "resume waits for: " in held
     shot(browser, artefacts, "05-held")
     assert any("checked the ECC counters" in (h.get("note") or "") for h in service.store.history(waiting.id))
+
+    # a healthy node gpuops drained on a prediction that did not come true: its page says which predictions only
+    # alert, until when (the records as the engine writes them, the drain's and the resume's, at its scores' time)
+    nodes = httpx.get(f"{service.url}/v1/nodes", headers=auth, timeout=10).json()["nodes"]
+    other = min((n for n in nodes if n["state"] == "ok" and n["node"] != node), key=lambda n: n["risk"])
+    ts, now = other["ts"], time.time()
+    service.store.insert_many([
+        ActionRecord(id="browser-wrong", node=other["node"], kind=ActionKind.DRAIN, state=ActionState.SUCCEEDED,
+                     reason="hbm_ecc risk 90%", actor="engine", incident_ts=ts - 7200, created_at=now - 2,
+                     updated_at=now - 2, fault="hbm_ecc", grade="predicted", source="model"),
+        ActionRecord(id="browser-healthy", node=other["node"], kind=ActionKind.RESUME, state=ActionState.SUCCEEDED,
+                     reason="healthy for 30 min", actor="engine", incident_ts=ts - 3600, created_at=now - 1,
+                     updated_at=now - 1, source="policy")])
+    browser.execute_script("location.hash = arguments[0]", f"#/node/{other['node']}")
+    capped = read(browser, "#node-retry-cap", lambda e: e.text)
+    assert "predictions of hbm_ecc only alert" in capped and "did not come true" in capped
+    shot(browser, artefacts, "06-retry-cap")
 

@@ -3,7 +3,7 @@ leader, the policy's memory of it."""
 
 from __future__ import annotations
 
-from api.holds import hold_status
+from api.holds import hold_status, retry_cap
 from remediation.actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState
 from remediation.config import PolicyConfig
 from remediation.policy import NodeState
@@ -12,10 +12,11 @@ CFG = PolicyConfig(min_hold_s=3600, resume_after_s=1800, clear_threshold=0.1)
 T0 = 1_000_000.0
 
 
-def record(kind=ActionKind.DRAIN, actor=ENGINE_ACTOR, at=T0, **kw) -> ActionRecord:
+def record(kind=ActionKind.DRAIN, actor=ENGINE_ACTOR, at=T0, fault="gpu_off_bus", grade="certain",
+           **kw) -> ActionRecord:
     return ActionRecord(id=f"{kind.value}-{actor}-{at}", node="n1", kind=kind, state=ActionState.SUCCEEDED,
                         reason="XID 79: GPU 3 fell off the bus", actor=actor, incident_ts=at, created_at=at,
-                        updated_at=at, fault="gpu_off_bus", grade="certain", **kw)
+                        updated_at=at, fault=fault, grade=grade, **kw)
 
 
 def row(minutes: float, risk=0.02, rule=None, gpus_reading=8, gpus_lost=0, reasons=None) -> dict:
@@ -69,3 +70,21 @@ def test_a_replica_that_has_no_scores_of_the_node_says_so():
     h = hold_status([record()], None, CFG, None)
     assert h["waiting_for"] == ["scores: none of this node since this replica started"]
     assert h["gpus_reading"] is None
+
+
+def test_the_retry_cap_names_the_class_that_was_wrong_and_ends_with_its_window():
+    wrong = record(at=T0, fault="hbm_ecc", grade="predicted", source="model")
+    resumed = record(ActionKind.RESUME, at=T0 + 3600, source="policy")
+    cap = retry_cap([resumed, wrong], T0 + 7200, CFG)
+    assert (cap["fault"], cap["since"], cap["until"], cap["action"]) == ("hbm_ecc", T0, T0 + 86400, wrong.id)
+    assert retry_cap([resumed, wrong], T0 + 86400, CFG) is None              # the window is over
+    assert retry_cap([wrong], T0 + 1800, CFG) is None                        # still held: not wrong yet
+    every = retry_cap([resumed, wrong], T0 + 7200, CFG.model_copy(update={"model_retry_per_fault": False}))
+    assert every["fault"] is None and every["reason"].startswith("predictions of every class only alert")
+
+
+def test_a_prediction_whose_failure_came_while_held_caps_nothing():
+    wrong = record(at=T0, fault="hbm_ecc", grade="predicted", source="model")
+    came = record(at=T0 + 600, fault="hbm_ecc", source="rule")              # the failure came while it was held
+    resumed = record(ActionKind.RESUME, at=T0 + 7200, source="policy")
+    assert retry_cap([resumed, came, wrong], T0 + 9000, CFG) is None

@@ -43,6 +43,22 @@ def test_node_shows_why_and_its_actions(gpuops):
     assert "resume waits for: a rule still fires: XID 79 fell off the bus" in r.output
 
 
+def test_node_says_which_predictions_only_alert_after_one_that_did_not_come_true(gpuops, api_ctx):
+    from remediation.actions import ActionKind, ActionRecord, ActionState
+
+    ts = json.loads(gpuops("node", "n00002", "--json", role="viewer").stdout)["ts"]
+    common = {"node": "n00002", "state": ActionState.SUCCEEDED, "actor": "engine"}
+    api_ctx.store.insert_many([
+        ActionRecord(id="cli-wrong", kind=ActionKind.DRAIN, reason="hbm_ecc risk 90%", incident_ts=ts - 7200,
+                     created_at=ts - 7200, updated_at=ts - 7200, fault="hbm_ecc", grade="predicted", source="model",
+                     **common),
+        ActionRecord(id="cli-healthy", kind=ActionKind.RESUME, reason="healthy for 30 min", incident_ts=ts - 3600,
+                     created_at=ts - 3600, updated_at=ts - 3600, source="policy", **common)])
+    r = gpuops("node", "n00002", role="viewer")
+    assert r.exit_code == 0, r.output
+    assert "retry cap until" in r.output and "predictions of hbm_ecc only alert for 22.0 h more" in r.output
+
+
 def test_coverage_and_node_name_the_signals_a_node_does_not_send_and_what_to_enable(gpuops, api_ctx):
     from tests.api.test_coverage_api import feed
 

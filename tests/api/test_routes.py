@@ -127,6 +127,25 @@ def test_a_held_node_keeps_its_hold_on_the_page_after_more_actions_than_the_page
     assert client.get("/v1/nodes/n00001", headers=headers("viewer")).json()["hold"] is None
 
 
+def test_a_node_whose_prediction_did_not_come_true_says_which_predictions_only_alert_until_when(client, api_ctx):
+    ts = client.get("/v1/nodes/n00002", headers=headers("viewer")).json()["ts"]
+    wrong = ActionRecord(id="drain-wrong", node="n00002", kind=ActionKind.DRAIN, state=ActionState.SUCCEEDED,
+                         reason="hbm_ecc risk 90%", actor="engine", incident_ts=ts - 7200, created_at=ts - 7200,
+                         updated_at=ts - 7200, fault="hbm_ecc", grade="predicted", source="model")
+    api_ctx.store.insert(wrong)
+    assert client.get("/v1/nodes/n00002", headers=headers("viewer")).json()["retry_cap"] is None   # still held
+    api_ctx.store.insert(ActionRecord(id="resume-healthy", node="n00002", kind=ActionKind.RESUME,
+                                      state=ActionState.SUCCEEDED, reason="healthy for 30 min", actor="engine",
+                                      incident_ts=ts - 3600, created_at=ts - 3600, updated_at=ts - 3600,
+                                      source="policy"))
+    cap = client.get("/v1/nodes/n00002", headers=headers("viewer")).json()["retry_cap"]
+    assert (cap["fault"], cap["action"], cap["since"], cap["until"]) == ("hbm_ecc", "drain-wrong", ts - 7200,
+                                                                        ts - 7200 + 86400)
+    assert cap["reason"].startswith("predictions of hbm_ecc only alert for 22.0 h more: gpuops acted on a "
+                                    "prediction of hbm_ecc 2.0 h ago that did not come true")
+    assert client.get("/v1/nodes/n00003", headers=headers("viewer")).json()["retry_cap"] is None
+
+
 def test_an_unknown_node_is_a_404_naming_it(client):
     assert "nope" in assert_error(client.get("/v1/nodes/nope", headers=headers("viewer")), 404)["message"]
 
