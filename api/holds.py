@@ -87,8 +87,8 @@ def retry_cap(records: Sequence[ActionRecord], now: float, cfg: PolicyConfig) ->
     (its hold is what ``hold`` shows): the cap is for after it comes back healthy."""
     oldest_first = sorted(records, key=lambda r: r.created_at)
     cap = next(iter(retry_caps(oldest_first).values()), None)
-    if cap is None or cfg.model_retry_window_s <= 0:
-        return None
+    if cap is None or cfg.model_retry_window_s <= 0 or (cfg.model_retry_per_fault and cap["predicted_fault"] is None):
+        return None                     # (per class, a prediction of no known class caps none, as in the policy)
     since = float(cap["predicted_action_at"])
     until = since + cfg.model_retry_window_s
     done = (ActionState.SUCCEEDED, ActionState.VERIFIED)
