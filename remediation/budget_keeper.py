@@ -82,16 +82,23 @@ class BudgetKeeper:
 
     def apply(self, engine: Engine, recs: Iterable[ActionRecord]) -> int:
         """Count people's verdicts towards the budget (one outcome per hold: idempotent); returns how many
-        records carried one."""
+        records carried one. A ``faulty`` verdict also proves the prediction right, so it lifts the retry cap
+        that prediction set on its node (``model_retry_window_s``), as a rule firing during the hold does."""
         n = 0
         b = engine.state.budget
+        nodes = engine.state.nodes
         for r in recs:
             if r.verdict in budget.VERDICTS and r.fault in FaultClass._value2member_map_:
                 b = budget.record(b, budget.HoldOutcome(r.incident_ts, r.node, FaultClass(r.fault),
                                                         budget.VERDICTS[r.verdict], r.incident_ts, "verdict"))
                 n += 1
-        if b is not engine.state.budget:
-            engine.state = replace(engine.state, budget=b)
+                ns = nodes.get(r.node)
+                if budget.VERDICTS[r.verdict] and ns is not None and ns.predicted_action_at == r.incident_ts:
+                    nodes = {**nodes, r.node: replace(ns, predicted_action_at=None, predicted_fault=None)}
+        kept = b is not engine.state.budget
+        if kept or nodes is not engine.state.nodes:
+            engine.state = replace(engine.state, budget=b, nodes=nodes)
+        if kept:
             self.keep(engine)
         return n
 

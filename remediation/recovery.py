@@ -80,8 +80,8 @@ def retry_caps(recs: Iterable[ActionRecord]) -> dict[str, dict[str, Any]]:
     """node -> the policy's retry cap (``predicted_action_at``, ``predicted_fault``: its last action on a
     prediction, :attr:`PolicyConfig.model_retry_window_s`) from the engine's records oldest first, as the policy
     kept it: set by the action that took the node out on a prediction (in whatever state safety left it: the policy
-    decided it all the same), cleared when a rule acted while that hold lasted (the failure came: the prediction was
-    right), kept through the node's resume."""
+    decided it all the same), cleared when a rule acted while that hold lasted or a person's verdict on it is
+    ``faulty`` (the failure came: the prediction was right), kept through the node's resume."""
     caps: dict[str, dict[str, Any]] = {}
     on_prediction: set[str] = set()     # nodes the policy holds on a prediction
     for r in recs:
@@ -94,6 +94,8 @@ def retry_caps(recs: Iterable[ActionRecord]) -> dict[str, dict[str, Any]]:
             fault = FaultClass(r.fault) if r.fault in FaultClass._value2member_map_ else None
             caps[r.node] = {"predicted_action_at": r.incident_ts, "predicted_fault": fault}
             on_prediction.add(r.node)
+            if r.verdict == "faulty":                # a person found it faulty: the prediction was right
+                caps.pop(r.node)
         elif r.source == "rule" and r.node in on_prediction:
             caps.pop(r.node, None)
             on_prediction.discard(r.node)

@@ -88,3 +88,11 @@ def test_a_prediction_whose_failure_came_while_held_caps_nothing():
     came = record(at=T0 + 600, fault="hbm_ecc", source="rule")              # the failure came while it was held
     resumed = record(ActionKind.RESUME, at=T0 + 7200, source="policy")
     assert retry_cap([resumed, came, wrong], T0 + 9000, CFG) is None
+
+
+def test_a_prediction_a_person_found_faulty_caps_nothing():
+    found = record(at=T0, fault="hbm_ecc", grade="predicted", source="model", verdict="faulty")
+    resumed = record(ActionKind.RESUME, at=T0 + 7200, source="policy")
+    assert retry_cap([resumed, found], T0 + 9000, CFG) is None
+    healthy = record(at=T0, fault="hbm_ecc", grade="predicted", source="model", verdict="healthy")
+    assert retry_cap([resumed, healthy], T0 + 9000, CFG)["fault"] == "hbm_ecc"

@@ -405,6 +405,33 @@ def test_a_restart_keeps_the_retry_cap_of_a_prediction_that_came_back_healthy(st
     assert acted[:1] == [(ActionKind.DRAIN, first)] and cluster.status("n00000").drained
 
 
+@pytest.mark.parametrize("restart", [False, True])
+@pytest.mark.parametrize("found", ["healthy", "faulty"])
+def test_a_person_who_found_the_node_faulty_lifts_the_retry_cap_of_its_prediction(store, found, restart):
+    """A person's verdict on a prediction hold: "faulty" proves the prediction right, so after the node is back the
+    next prediction of that class drains as on any node; "healthy" leaves the cap (it only alerts). Kept across a
+    restart, which rebuilds the cap from the records and their verdicts."""
+    clock, cluster = Clock(), Cluster()
+    policy = POLICY.model_copy(update={"false_budget_per_1k_node_days": 0.0})
+    e = engine(store, clock, cluster, armed=True, policy=policy)
+    drains = []
+    for _ in range(3):
+        clock.t += 60
+        drains += [r for r in e.tick(fleet(2, clock.t, p=[0.9, 0.0]), explain) if r.kind is ActionKind.DRAIN]
+    e.verdict(drains[0].id, found, "operator:fay", "dcgmi diag")
+    for _ in range(30):                               # repaired or not, it reads healthy: resumed
+        clock.t += 60
+        e.tick(fleet(2, clock.t), explain)
+    assert not cluster.status("n00000").drained
+    if restart:
+        e = engine(store, clock, cluster, armed=True, policy=policy)
+    acted = []
+    for _ in range(4):
+        clock.t += 60
+        acted += [r.kind for r in e.tick(fleet(2, clock.t, p=[0.9, 0.0]), explain) if r.kind is not ActionKind.ALERT]
+    assert (ActionKind.DRAIN in acted) is (found == "faulty")
+
+
 def test_an_operator_request_is_a_dry_run_unless_asked_and_resume_waits_for_clean_telemetry(store):
     clock, cluster = Clock(), Cluster()
     e = engine(store, clock, cluster, armed=True)
