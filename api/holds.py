@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from remediation.actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState
+from remediation.actions import CARRIED_OUT, ENGINE_ACTOR, ActionKind, ActionRecord
 from remediation.config import PolicyConfig
 from remediation.policy import NodeState, gpu_missing
 from remediation.recovery import held_fields, holds_of, retry_caps
@@ -91,8 +91,7 @@ def retry_cap(records: Sequence[ActionRecord], now: float, cfg: PolicyConfig) ->
         return None                     # (per class, a prediction of no known class caps none, as in the policy)
     since = float(cap["predicted_action_at"])
     until = since + cfg.model_retry_window_s
-    done = (ActionState.SUCCEEDED, ActionState.VERIFIED)
-    if now >= until or not any(r.kind is ActionKind.RESUME and r.state in done and r.incident_ts >= since
+    if now >= until or not any(r.kind is ActionKind.RESUME and r.state in CARRIED_OUT and r.incident_ts >= since
                                for r in oldest_first):
         return None
     fault = cap["predicted_fault"].value if cfg.model_retry_per_fault and cap["predicted_fault"] else None

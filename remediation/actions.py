@@ -75,6 +75,9 @@ class ActionState(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
+#: the states of an action the cluster carried out (a resume in one of them put the node back)
+CARRIED_OUT: frozenset[ActionState] = frozenset({ActionState.SUCCEEDED, ActionState.VERIFIED})
+
 #: the allowed moves; anything else is a bug (or a stale writer) and is refused
 TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
     ActionState.PROPOSED: frozenset({ActionState.APPROVED, ActionState.REJECTED, ActionState.CANCELLED}),

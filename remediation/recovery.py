@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from collector.schema import FaultClass, Grade
 
 from . import execution
-from .actions import ENGINE_ACTOR, ActionKind, ActionRecord, ActionState
+from .actions import CARRIED_OUT, ENGINE_ACTOR, ActionKind, ActionRecord, ActionState
 from .adapters.base import AdapterError
 from .policy import NodeState, PolicyState
 
@@ -59,7 +59,7 @@ def holds_of(recs: Iterable[ActionRecord], actor: str | None = None) -> dict[str
     for r in recs:
         if r.state in (ActionState.REJECTED, ActionState.CANCELLED, ActionState.FAILED):
             continue
-        if r.kind is ActionKind.RESUME and r.state in (ActionState.SUCCEEDED, ActionState.VERIFIED):
+        if r.kind is ActionKind.RESUME and r.state in CARRIED_OUT:
             holds.pop(r.node, None)
         elif r.kind.holds_node and (actor is None or r.actor == actor):
             holds[r.node] = r
@@ -86,7 +86,7 @@ def retry_caps(recs: Iterable[ActionRecord]) -> dict[str, dict[str, Any]]:
     on_prediction: set[str] = set()     # nodes the policy holds on a prediction
     for r in recs:
         if r.kind is ActionKind.RESUME:
-            if r.state in (ActionState.SUCCEEDED, ActionState.VERIFIED):
+            if r.state in CARRIED_OUT:
                 on_prediction.discard(r.node)
         elif r.actor != ENGINE_ACTOR or r.kind is ActionKind.ALERT:
             continue

@@ -13,7 +13,7 @@ from api.errors import ApiError
 from api.holds import hold_status, retry_cap
 from api.routes import AUTH_ERRORS, NOT_FOUND
 from api.schemas import ActionPublic, NodeDetail, NodeList
-from remediation.actions import ActionKind, ActionRecord, ActionState
+from remediation.actions import CARRIED_OUT, ActionKind, ActionRecord
 from remediation.recovery import HISTORY_S
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"], responses=AUTH_ERRORS)
@@ -64,7 +64,6 @@ def get_node(ctx: Ctx, _: Viewer, name: Annotated[str, Path(max_length=253)]) ->
 def _since_last_resume(ctx: AppContext, name: str) -> list[ActionRecord]:
     """*name*'s records that can hold it, from its last resume on (newest first): what holds it now, however
     many alerts and other actions came after the drain (the page lists only the latest ``NODE_ACTIONS``)."""
-    done = (ActionState.SUCCEEDED, ActionState.VERIFIED)
-    last = ctx.store.query(node=name, kinds=[ActionKind.RESUME], states=done, limit=1)
+    last = ctx.store.query(node=name, kinds=[ActionKind.RESUME], states=list(CARRIED_OUT), limit=1)
     kinds = [k for k in ActionKind if k.holds_node or k is ActionKind.RESUME]
     return ctx.store.query(node=name, kinds=kinds, since=last[0].created_at if last else None, limit=HOLD_RECORDS)
